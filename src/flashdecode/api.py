@@ -1,0 +1,219 @@
+"""decode_attention(): validate once, pick a backend, dispatch.
+
+The "auto" rule (documented in docs/design.md): on a GPU, or on CPU tensors under TRITON_INTERPRET=1, run the
+Triton kernels; split each sequence (``triton_splitk``) only when the single-pass grid of B * Hkv programs cannot
+fill the GPU, using ``triton_splitk.plan_num_splits``, which looks at shapes only, so no host sync. On CPU
+tensors without the interpreter, run ``torch_sdpa``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from . import reference, torch_baselines
+from .triton_common import interpreting
+from .triton_single import decode_single, launch_config
+from .triton_splitk import decode_splitk, plan_num_splits
+
+__all__ = ["decode_attention", "BACKENDS"]
+
+BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk")
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def decode_attention(
+    q,
+    k_cache,
+    v_cache,
+    cache_seqlens,
+    block_table,
+    *,
+    softmax_scale=None,
+    backend="auto",
+    num_splits=None,
+    out=None,
+    return_lse=False,
+):
+    """Attention of one new query token per sequence over a paged KV cache.
+
+    For each sequence b and query head h: out[b, h] = softmax(q[b, h] · K_bᵀ · scale) · V_b, where K_b, V_b are the
+    first cache_seqlens[b] tokens of the sequence; token t lives in page block_table[b, t // page_size] at row
+    t % page_size. Query head h reads KV head h // (Hq / Hkv) (MHA, GQA and MQA).
+
+    Args:
+        q: [B, Hq, D] or [B, 1, Hq, D], float16, bfloat16 or float32; any strides with a contiguous last dim.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D], q's dtype; Hq must be a multiple of Hkv.
+        cache_seqlens: [B] int32, valid tokens per sequence (0 allowed).
+        block_table: [B, max_pages] int32 page ids. Entries at index >= ceil(cache_seqlens[b] / page_size) are
+            never read, so they may be -1 or garbage.
+        softmax_scale: defaults to 1 / sqrt(D).
+        backend: one of ``flashdecode.BACKENDS``: "auto", "reference" (float64 on CPU), "torch_naive",
+            "torch_sdpa", "triton" (single pass), "triton_splitk" (flash-decoding).
+        num_splits: None picks automatically; an int >= 1 forces the number of splits per sequence (1 = none).
+            Forcing more than 1 needs backend "auto" or "triton_splitk"; the PyTorch backends ignore it.
+        out: optional buffer with q's shape, dtype and device to write into.
+        return_lse: also return the natural-log LSE [B, Hq] float32.
+
+    Returns:
+        out with q's shape and dtype, or (out, lse) when return_lse. A sequence with 0 tokens gives out = 0 and
+        lse = -inf, never NaN.
+
+    Raises:
+        TypeError / ValueError naming the argument, the expected and the actual value, before any launch.
+
+    Example:
+        >>> import torch, flashdecode
+        >>> q = torch.randn(2, 8, 64)
+        >>> k = torch.randn(10, 16, 2, 64); v = torch.randn(10, 16, 2, 64)
+        >>> lens = torch.tensor([20, 0], dtype=torch.int32)
+        >>> table = torch.tensor([[3, 7], [-1, -1]], dtype=torch.int32)
+        >>> out, lse = flashdecode.decode_attention(q, k, v, lens, table, backend="reference", return_lse=True)
+        >>> out.shape, lse[1].tolist()[:2]
+        (torch.Size([2, 8, 64]), [-inf, -inf])
+    """
+    _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, backend, num_splits, out)
+    batch, num_q_heads, head_dim = q.shape[0], q.shape[-2], q.shape[-1]
+    if out is None:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, num_q_heads, dtype=torch.float32, device=q.device) if return_lse else None
+    if batch > 0:
+        # [B, 1, Hq, D] -> [B, Hq, D] views: no copy, strides kept
+        q3 = q[:, 0] if q.dim() == 4 else q
+        out3 = out[:, 0] if out.dim() == 4 else out
+        scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+        name, splits = _choose_backend(backend, num_splits, q3, k_cache, block_table)
+        _BACKEND_FNS[name](q3, k_cache, v_cache, cache_seqlens, block_table, scale, out3, lse, splits)
+    return (out, lse) if return_lse else out
+
+
+def _choose_backend(backend, num_splits, q, k_cache, block_table):
+    """(backend name, num_splits) for this call; "auto" resolved as the module docstring says."""
+    if backend != "auto":
+        return backend, num_splits
+    if not (q.is_cuda or interpreting()):
+        return "torch_sdpa", None
+    if num_splits is None:
+        num_kv_heads, page_size = k_cache.shape[2], k_cache.shape[1]
+        block_n = launch_config(q.shape[-1], q.shape[1] // num_kv_heads, q.dtype)["BLOCK_N"]
+        max_tokens = block_table.shape[1] * page_size
+        num_splits = plan_num_splits(q.shape[0], num_kv_heads, max_tokens, block_n, _num_sms(q.device))
+    return ("triton" if num_splits == 1 else "triton_splitk"), num_splits
+
+
+@functools.lru_cache(maxsize=None)
+def _num_sms_cached(device_type: str, index: int) -> int:
+    if device_type == "cuda":
+        return torch.cuda.get_device_properties(index).multi_processor_count
+    # the interpreter has no SMs; pretend to be a mid-size GPU so "auto" exercises both paths
+    return 16
+
+
+def _num_sms(device: torch.device) -> int:
+    index = device.index if device.index is not None else (torch.cuda.current_device() if device.type == "cuda" else 0)
+    return _num_sms_cached(device.type, index)
+
+
+def _from_torch(fn):
+    """Adapt a function returning (out, lse) to the backend signature that writes into out / lse."""
+
+    def run(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
+        o, l = fn(q, k_cache, v_cache, cache_seqlens, block_table, scale)
+        out.copy_(o)
+        if lse is not None:
+            lse.copy_(l)
+
+    return run
+
+
+def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
+    decode_single(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse)
+
+
+def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
+    if num_splits is None:
+        _, num_splits = _choose_backend("auto", None, q, k_cache, block_table)
+    decode_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits=num_splits)
+
+
+_BACKEND_FNS = {
+    "reference": _from_torch(reference.reference_dense),
+    "torch_naive": _from_torch(torch_baselines.torch_naive),
+    "torch_sdpa": _from_torch(torch_baselines.torch_sdpa),
+    "triton": _run_triton,
+    "triton_splitk": _run_triton_splitk,
+}
+
+
+def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, backend, num_splits, out):
+    """Raise TypeError / ValueError naming the argument, the expected and the actual value."""
+    named = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, block_table=block_table)
+    if out is not None:
+        named["out"] = out
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if num_splits is not None:
+        if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+            raise TypeError(f"num_splits must be None or an int, got {type(num_splits).__name__}")
+        if num_splits < 1:
+            raise ValueError(f"num_splits must be >= 1, got {num_splits}")
+        if num_splits > 1 and backend == "triton":
+            raise ValueError(f"num_splits={num_splits} needs backend 'triton_splitk' or 'auto', got 'triton'")
+    if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float))):
+        raise TypeError(f"softmax_scale must be None or a float, got {type(softmax_scale).__name__}")
+
+    # ranks
+    if q.dim() not in (3, 4):
+        raise ValueError(f"q must be [B, Hq, D] or [B, 1, Hq, D], got {q.dim()} dims {tuple(q.shape)}")
+    if q.dim() == 4 and q.shape[1] != 1:
+        raise ValueError(f"q as [B, q_len, Hq, D] must have q_len 1, got q_len {q.shape[1]} (shape {tuple(q.shape)})")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be [num_pages, page_size, Hkv, D], got {t.dim()} dims {tuple(t.shape)}")
+    if cache_seqlens.dim() != 1:
+        raise ValueError(f"cache_seqlens must be [B], got {cache_seqlens.dim()} dims {tuple(cache_seqlens.shape)}")
+    if block_table.dim() != 2:
+        raise ValueError(f"block_table must be [B, max_pages], got {block_table.dim()} dims {tuple(block_table.shape)}")
+
+    # dtypes: metadata is never cast silently
+    if q.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"q must be float16, bfloat16 or float32, got {q.dtype}")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)) + ((("out", out),) if out is not None else ()):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+    for name, t in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
+        if t.dtype != torch.int32:
+            raise TypeError(f"{name} must be int32, got {t.dtype} (convert it with .to(torch.int32))")
+
+    # devices
+    for name, t in named.items():
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+
+    # shapes
+    batch, num_q_heads, head_dim = q.shape[0], q.shape[-2], q.shape[-1]
+    if k_cache.shape != v_cache.shape:
+        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+    num_kv_heads = k_cache.shape[2]
+    if k_cache.shape[3] != head_dim:
+        raise ValueError(f"k_cache head_dim must equal q's head_dim {head_dim}, got {k_cache.shape[3]}")
+    if num_kv_heads == 0 or num_q_heads % num_kv_heads != 0:
+        raise ValueError(f"q's {num_q_heads} heads must be a multiple of k_cache's {num_kv_heads} KV heads")
+    if head_dim == 0 or k_cache.shape[1] == 0:
+        raise ValueError(f"head_dim and page_size must be > 0, got head_dim {head_dim}, page_size {k_cache.shape[1]}")
+    for name, t in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
+        if t.shape[0] != batch:
+            raise ValueError(f"{name} must have q's batch size {batch} in dim 0, got {t.shape[0]}")
+    if out is not None and out.shape != q.shape:
+        raise ValueError(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+
+    # the kernels vectorise along the head dim; any other stride is honoured
+    for name, t in named.items():
+        if t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")

@@ -1,0 +1,124 @@
+"""The truth: paged decode attention and the LSE merge in float64 on the CPU.
+
+Two independent formulations of the same function, which tests hold to ~1e-12 of each other:
+
+* ``reference_dense``: gather each sequence's pages into one [L, Hkv, D] tensor, softmax, weighted sum.
+* ``reference_streaming``: walk the pages one at a time with the online-softmax recurrence
+  (running max ``m``, running sum ``l``, rescaled accumulator ``acc``) that every kernel here uses.
+
+Nothing in this file calls the code under test. Inputs may live on any device; they are copied to the CPU
+and upcast to float64, so these functions are slow and meant for checking, not serving.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["reference_dense", "reference_streaming", "reference_merge_states", "gather_sequence"]
+
+
+def gather_sequence(cache: torch.Tensor, block_table_row: torch.Tensor, seqlen: int) -> torch.Tensor:
+    """Return the first ``seqlen`` tokens of one sequence as [seqlen, Hkv, D].
+
+    Token t lives in page ``block_table_row[t // page_size]`` at row ``t % page_size``; only the first
+    ``ceil(seqlen / page_size)`` table entries are read.
+    """
+    page_size = cache.shape[1]
+    num_pages = -(-seqlen // page_size)
+    pages = block_table_row[:num_pages].long()
+    return cache[pages].reshape(num_pages * page_size, *cache.shape[2:])[:seqlen]
+
+
+def _to_cpu64(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    return [t.detach().to(device="cpu", dtype=torch.float64) for t in tensors]
+
+
+def reference_dense(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None):
+    """Dense float64 decode attention: gather, softmax, weighted sum.
+
+    Args:
+        q: [B, Hq, D] query, any float dtype and device.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D].
+        cache_seqlens: [B] integer lengths. block_table: [B, max_pages] integer page ids.
+        softmax_scale: defaults to 1/sqrt(D).
+
+    Returns:
+        (out [B, Hq, D] float64, lse [B, Hq] float64) on the CPU. Empty sequences give out = 0, lse = -inf.
+    """
+    q, k_cache, v_cache = _to_cpu64(q, k_cache, v_cache)
+    batch, num_q_heads, head_dim = q.shape
+    group = num_q_heads // k_cache.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    seqlens = cache_seqlens.cpu().tolist()
+    table = block_table.cpu()
+    out = torch.zeros(batch, num_q_heads, head_dim, dtype=torch.float64)
+    lse = torch.full((batch, num_q_heads), -math.inf, dtype=torch.float64)
+    for b, seqlen in enumerate(seqlens):
+        if seqlen == 0:
+            continue
+        # [L, Hq, D]: query head h reads KV head h // group
+        k = gather_sequence(k_cache, table[b], seqlen).repeat_interleave(group, dim=1)
+        v = gather_sequence(v_cache, table[b], seqlen).repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,lhd->hl", q[b], k) * scale
+        out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), v)
+        lse[b] = torch.logsumexp(scores, dim=-1)
+    return out, lse
+
+
+def reference_streaming(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None):
+    """Float64 decode attention by the online-softmax recurrence, one page at a time.
+
+    For each page P of scores s (per query head):
+        m' = max(m, max(s));  l' = l * exp(m - m') + sum(exp(s - m'));  acc' = acc * exp(m - m') + exp(s - m') @ V_P
+    and at the end out = acc / l, lse = m + log(l). Same arguments and results as ``reference_dense``.
+    """
+    q, k_cache, v_cache = _to_cpu64(q, k_cache, v_cache)
+    batch, num_q_heads, head_dim = q.shape
+    page_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_q_heads // num_kv_heads
+    scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    seqlens = cache_seqlens.cpu().tolist()
+    table = block_table.cpu().long()
+    out = torch.zeros(batch, num_q_heads, head_dim, dtype=torch.float64)
+    lse = torch.full((batch, num_q_heads), -math.inf, dtype=torch.float64)
+    for b, seqlen in enumerate(seqlens):
+        m = torch.full((num_q_heads,), -math.inf, dtype=torch.float64)
+        l = torch.zeros(num_q_heads, dtype=torch.float64)
+        acc = torch.zeros(num_q_heads, head_dim, dtype=torch.float64)
+        for start in range(0, seqlen, page_size):
+            rows = min(page_size, seqlen - start)
+            page = table[b, start // page_size]
+            k = k_cache[page, :rows].repeat_interleave(group, dim=1)  # [rows, Hq, D]
+            v = v_cache[page, :rows].repeat_interleave(group, dim=1)
+            s = torch.einsum("hd,rhd->hr", q[b], k) * scale  # [Hq, rows]
+            m_new = torch.maximum(m, s.max(dim=1).values)
+            alpha = torch.exp(m - m_new)  # exp(-inf) = 0 on the first page
+            p = torch.exp(s - m_new[:, None])
+            l = l * alpha + p.sum(dim=1)
+            acc = acc * alpha[:, None] + torch.einsum("hr,rhd->hd", p, v)
+            m = m_new
+        if seqlen > 0:
+            out[b] = acc / l[:, None]
+            lse[b] = m + torch.log(l)
+    return out, lse
+
+
+def reference_merge_states(out_a, lse_a, out_b, lse_b):
+    """Float64 merge of two attention results over disjoint key sets.
+
+    out = (exp(lse_a) * out_a + exp(lse_b) * out_b) / (exp(lse_a) + exp(lse_b)), lse = log(exp(lse_a) + exp(lse_b)),
+    evaluated relative to max(lse_a, lse_b). An empty side (lse = -inf) contributes nothing; both empty give 0, -inf.
+    """
+    out_a, lse_a, out_b, lse_b = _to_cpu64(out_a, lse_a, out_b, lse_b)
+    lse = torch.logaddexp(lse_a, lse_b)
+    both_empty = torch.isneginf(lse)
+    ref = torch.where(both_empty, 0.0, lse)
+    w_a = torch.where(torch.isneginf(lse_a), 0.0, torch.exp(lse_a - ref))
+    w_b = torch.where(torch.isneginf(lse_b), 0.0, torch.exp(lse_b - ref))
+    # an empty side's output may hold anything (even NaN): it is dropped, not multiplied by 0
+    out = torch.where(w_a[..., None] > 0, w_a[..., None] * out_a, 0.0) + torch.where(
+        w_b[..., None] > 0, w_b[..., None] * out_b, 0.0
+    )
+    return out, lse

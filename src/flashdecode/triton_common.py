@@ -1,0 +1,119 @@
+"""Triton helpers shared by the decode kernels, written once.
+
+* ``load_q_group``: the [BLOCK_H, BLOCK_D] tile of query heads that share one KV head (GQA packing), with the
+  padding rows and columns masked to 0 so that ``tl.dot`` can run at its minimum tile height of 16.
+* ``attend_range``: the online-softmax walk over tokens [start, end) of one sequence's paged K/V, in base-2
+  (scores are pre-multiplied by scale * log2(e), so exp(x) becomes exp2) with fp32 state.
+* ``finalize``: out = acc / l and the natural-log LSE, with 0 / -inf for an empty range, never NaN.
+
+State names follow the papers: ``m_i`` running max (log2 units), ``l_i`` running sum, ``acc`` the unnormalised
+output. See docs/design.md for the derivation.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+# exp(x) = exp2(x * LOG2E): the scale is folded into one multiply of the scores
+LOG2E = 1.4426950408889634
+# log(x) = log2(x) * LN2 (a constexpr so kernels can read it)
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def dot_in_fp32(dtype) -> bool:
+    """Whether tiles must be upcast before ``tl.dot``.
+
+    fp32 inputs use an IEEE fp32 dot (not TF32) so an fp32 cache keeps fp32 accuracy. Under the interpreter,
+    bf16 ``tl.dot`` returns garbage (numpy has no bf16), so low-precision tiles are upcast there too.
+    """
+    import torch
+
+    return dtype == torch.float32 or interpreting()
+
+
+@triton.jit
+def load_q_group(Q, stride_qh, head0, offs_h, offs_d, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """Load query heads head0 .. head0 + GROUP - 1 of one sequence as a [BLOCK_H, BLOCK_D] tile (Q at the row)."""
+    mask = (offs_h[:, None] < GROUP) & (offs_d[None, :] < HEAD_DIM)
+    ptrs = Q + (head0 + offs_h[:, None]).to(tl.int64) * stride_qh + offs_d[None, :]
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def attend_range(
+    q,
+    m_i,
+    l_i,
+    acc,
+    K,
+    V,
+    BLOCK_ROW,
+    stride_btp,
+    start,
+    end,
+    qk_scale,
+    stride_kp,
+    stride_kt,
+    stride_vp,
+    stride_vt,
+    offs_d,
+    PAGE_SIZE: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    """Online softmax over tokens [start, end) of one sequence and one KV head.
+
+    q: [BLOCK_H, BLOCK_D] query tile. m_i, l_i: [BLOCK_H] fp32. acc: [BLOCK_H, BLOCK_D] fp32.
+    K, V: cache pointers already offset to this KV head. BLOCK_ROW: this sequence's block-table row, stride_btp apart.
+    Every tile holds at least one valid token (start < end), so m_i is finite after the first tile and the
+    rescale factor exp2(m_i - m_new) is never exp2(-inf + inf).
+    """
+    mask_d = offs_d < HEAD_DIM
+    if DOT_F32:
+        q = q.to(tl.float32)
+    for tile_start in range(start, end, BLOCK_N):
+        offs_n = tile_start + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < end
+        # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read
+        page = tl.load(BLOCK_ROW + (offs_n // PAGE_SIZE) * stride_btp, mask=mask_n, other=0).to(tl.int64)
+        row = (offs_n % PAGE_SIZE).to(tl.int64)
+        mask_kv = mask_n[:, None] & mask_d[None, :]
+        # [BLOCK_N, BLOCK_D]
+        k = tl.load(K + page[:, None] * stride_kp + row[:, None] * stride_kt + offs_d[None, :], mask=mask_kv, other=0.0)
+        v = tl.load(V + page[:, None] * stride_vp + row[:, None] * stride_vt + offs_d[None, :], mask=mask_kv, other=0.0)
+        if DOT_F32:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+            s = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            s = tl.dot(q, tl.trans(k))
+        # [BLOCK_H, BLOCK_N] scores in log2 units; padding tokens get -inf so exp2 gives exactly 0
+        s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if DOT_F32:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def finalize(m_i, l_i, acc):
+    """(out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log). Empty state (l_i = 0) gives 0 and -inf."""
+    empty = l_i == 0.0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
+    return out, lse

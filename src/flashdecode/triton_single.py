@@ -1,0 +1,130 @@
+"""Single-pass paged decode attention: one Triton program per (sequence, KV head).
+
+Each program loads the GROUP = Hq / Hkv query heads that share its KV head as one [BLOCK_H, BLOCK_D] tile,
+walks the sequence's pages BLOCK_N tokens at a time with the online softmax, and writes the normalised output
+(and the LSE). Every valid K/V byte is read exactly once: bytes = 2 * sum(seqlens) * Hkv * D * itemsize
++ q + out. Grid: (Hkv, B). With few sequences and heads the grid cannot fill the GPU; that is what
+``triton_splitk`` is for.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, load_q_group
+
+__all__ = ["decode_single", "launch_config"]
+
+
+@triton.jit
+def _decode_single_kernel(
+    Q,
+    K,
+    V,
+    SEQLENS,
+    BLOCK_TABLE,
+    OUT,
+    LSE,
+    qk_scale,
+    stride_qb,
+    stride_qh,
+    stride_kp,
+    stride_kt,
+    stride_kh,
+    stride_vp,
+    stride_vt,
+    stride_vh,
+    stride_sl,
+    stride_btb,
+    stride_btp,
+    stride_ob,
+    stride_oh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):
+    kv_head = tl.program_id(0)
+    seq = tl.program_id(1).to(tl.int64)
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    head0 = kv_head * GROUP
+    seqlen = tl.load(SEQLENS + seq * stride_sl)
+
+    q = load_q_group(Q + seq * stride_qb, stride_qh, head0, offs_h, offs_d, GROUP, HEAD_DIM)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    m_i, l_i, acc = attend_range(
+        q, m_i, l_i, acc,
+        K + kv_head.to(tl.int64) * stride_kh,
+        V + kv_head.to(tl.int64) * stride_vh,
+        BLOCK_TABLE + seq * stride_btb, stride_btp,
+        0, seqlen, qk_scale,
+        stride_kp, stride_kt, stride_vp, stride_vt, offs_d,
+        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32,
+    )  # fmt: skip
+    out, lse = finalize(m_i, l_i, acc)
+
+    mask_h = offs_h < GROUP
+    heads = (head0 + offs_h).to(tl.int64)
+    out_ptrs = OUT + seq * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & (offs_d[None, :] < HEAD_DIM))
+    if WRITE_LSE:
+        # LSE is a contiguous [B, Hq] fp32 buffer
+        tl.store(LSE + seq * (GROUP * tl.num_programs(0)) + heads, lse, mask=mask_h)
+
+
+def launch_config(head_dim: int, group: int, dtype: torch.dtype) -> dict:
+    """Tile sizes and warps for one (head_dim, group, dtype).
+
+    BLOCK_H: the query heads of a group padded to 16, the smallest tile height ``tl.dot`` accepts.
+    BLOCK_D: head_dim padded to a power of two (masked). BLOCK_N: tokens per tile; 64 keeps a K and a V tile of
+    [64, 128] bf16 (32 KB) per stage in shared memory, halved for head_dim 256.
+    """
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    return dict(
+        BLOCK_H=max(16, triton.next_power_of_2(group)),
+        BLOCK_D=block_d,
+        BLOCK_N=64 if block_d <= 128 else 32,
+        num_warps=4,
+        num_stages=2,
+    )
+
+
+def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, block_n=None):
+    """Launch the single-pass kernel.
+
+    Args:
+        q: [B, Hq, D] (last dim contiguous). k_cache, v_cache: [num_pages, page_size, Hkv, D].
+        cache_seqlens: [B] int32. block_table: [B, max_pages] int32.
+        softmax_scale: float. out: [B, Hq, D] written in place. lse: None or contiguous [B, Hq] fp32.
+        block_n: override the tokens per tile (tests use it to force many tiles).
+    """
+    batch, num_q_heads, head_dim = q.shape
+    num_pages, page_size, num_kv_heads, _ = k_cache.shape
+    group = num_q_heads // num_kv_heads
+    assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
+    cfg = launch_config(head_dim, group, q.dtype)
+    if block_n is not None:
+        cfg["BLOCK_N"] = block_n
+    _decode_single_kernel[(num_kv_heads, batch)](
+        q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
+        softmax_scale * LOG2E,
+        q.stride(0), q.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        cache_seqlens.stride(0),
+        block_table.stride(0), block_table.stride(1),
+        out.stride(0), out.stride(1),
+        GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
+        **cfg,
+    )  # fmt: skip
+    return out, lse
