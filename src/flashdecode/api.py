@@ -14,9 +14,6 @@ import math
 import torch
 
 from . import reference, torch_baselines
-from .triton_common import interpreting
-from .triton_single import decode_single, launch_config
-from .triton_splitk import decode_splitk, plan_num_splits
 
 __all__ = ["decode_attention", "BACKENDS"]
 
@@ -89,17 +86,26 @@ def decode_attention(
     return (out, lse) if return_lse else out
 
 
+def _kernels():
+    """The Triton modules, imported on first use: decorating a kernel reads TRITON_INTERPRET, so importing
+    flashdecode stays free of work and a caller may still set the variable after ``import flashdecode``."""
+    from . import triton_common, triton_single, triton_splitk
+
+    return triton_common, triton_single, triton_splitk
+
+
 def _choose_backend(backend, num_splits, q, k_cache, block_table):
     """(backend name, num_splits) for this call; "auto" resolved as the module docstring says."""
     if backend != "auto":
         return backend, num_splits
-    if not (q.is_cuda or interpreting()):
+    common, single, splitk = _kernels()
+    if not (q.is_cuda or common.interpreting()):
         return "torch_sdpa", None
     if num_splits is None:
         num_kv_heads, page_size = k_cache.shape[2], k_cache.shape[1]
-        block_n = launch_config(q.shape[-1], q.shape[1] // num_kv_heads, q.dtype)["BLOCK_N"]
+        block_n = single.launch_config(q.shape[-1], q.shape[1] // num_kv_heads, q.dtype)["BLOCK_N"]
         max_tokens = block_table.shape[1] * page_size
-        num_splits = plan_num_splits(q.shape[0], num_kv_heads, max_tokens, block_n, _num_sms(q.device))
+        num_splits = splitk.plan_num_splits(q.shape[0], num_kv_heads, max_tokens, block_n, _num_sms(q.device))
     return ("triton" if num_splits == 1 else "triton_splitk"), num_splits
 
 
@@ -129,13 +135,13 @@ def _from_torch(fn):
 
 
 def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
-    decode_single(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse)
+    _kernels()[1].decode_single(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse)
 
 
 def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
     if num_splits is None:
         _, num_splits = _choose_backend("auto", None, q, k_cache, block_table)
-    decode_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits=num_splits)
+    _kernels()[2].decode_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits=num_splits)
 
 
 _BACKEND_FNS = {

@@ -31,11 +31,11 @@ def gather_sequence(cache: torch.Tensor, block_table_row: torch.Tensor, seqlen: 
     return cache[pages].reshape(num_pages * page_size, *cache.shape[2:])[:seqlen]
 
 
-def _to_cpu64(*tensors: torch.Tensor) -> list[torch.Tensor]:
-    return [t.detach().to(device="cpu", dtype=torch.float64) for t in tensors]
+def _to64(*tensors: torch.Tensor, device="cpu") -> list[torch.Tensor]:
+    return [t.detach().to(device=device, dtype=torch.float64) for t in tensors]
 
 
-def reference_dense(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None):
+def reference_dense(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None, device="cpu"):
     """Dense float64 decode attention: gather, softmax, weighted sum.
 
     Args:
@@ -43,24 +43,26 @@ def reference_dense(q, k_cache, v_cache, cache_seqlens, block_table, softmax_sca
         k_cache, v_cache: [num_pages, page_size, Hkv, D].
         cache_seqlens: [B] integer lengths. block_table: [B, max_pages] integer page ids.
         softmax_scale: defaults to 1/sqrt(D).
+        device: where the float64 math runs (the benchmark checks multi-GB rows on the GPU, still in float64).
 
     Returns:
-        (out [B, Hq, D] float64, lse [B, Hq] float64) on the CPU. Empty sequences give out = 0, lse = -inf.
+        (out [B, Hq, D] float64, lse [B, Hq] float64) on ``device``. Empty sequences give out = 0, lse = -inf.
     """
-    q, k_cache, v_cache = _to_cpu64(q, k_cache, v_cache)
+    q = _to64(q, device=device)[0]
     batch, num_q_heads, head_dim = q.shape
     group = num_q_heads // k_cache.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
     seqlens = cache_seqlens.cpu().tolist()
     table = block_table.cpu()
-    out = torch.zeros(batch, num_q_heads, head_dim, dtype=torch.float64)
-    lse = torch.full((batch, num_q_heads), -math.inf, dtype=torch.float64)
+    out = torch.zeros(batch, num_q_heads, head_dim, dtype=torch.float64, device=device)
+    lse = torch.full((batch, num_q_heads), -math.inf, dtype=torch.float64, device=device)
     for b, seqlen in enumerate(seqlens):
         if seqlen == 0:
             continue
-        # [L, Hq, D]: query head h reads KV head h // group
-        k = gather_sequence(k_cache, table[b], seqlen).repeat_interleave(group, dim=1)
-        v = gather_sequence(v_cache, table[b], seqlen).repeat_interleave(group, dim=1)
+        # [L, Hq, D]: query head h reads KV head h // group; only this sequence's pages are upcast
+        rows = table[b].to(k_cache.device)
+        k = gather_sequence(k_cache, rows, seqlen).to(device, torch.float64).repeat_interleave(group, dim=1)
+        v = gather_sequence(v_cache, rows, seqlen).to(device, torch.float64).repeat_interleave(group, dim=1)
         scores = torch.einsum("hd,lhd->hl", q[b], k) * scale
         out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), v)
         lse[b] = torch.logsumexp(scores, dim=-1)
@@ -74,7 +76,7 @@ def reference_streaming(q, k_cache, v_cache, cache_seqlens, block_table, softmax
         m' = max(m, max(s));  l' = l * exp(m - m') + sum(exp(s - m'));  acc' = acc * exp(m - m') + exp(s - m') @ V_P
     and at the end out = acc / l, lse = m + log(l). Same arguments and results as ``reference_dense``.
     """
-    q, k_cache, v_cache = _to_cpu64(q, k_cache, v_cache)
+    q, k_cache, v_cache = _to64(q, k_cache, v_cache)
     batch, num_q_heads, head_dim = q.shape
     page_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_q_heads // num_kv_heads
@@ -111,7 +113,7 @@ def reference_merge_states(out_a, lse_a, out_b, lse_b):
     out = (exp(lse_a) * out_a + exp(lse_b) * out_b) / (exp(lse_a) + exp(lse_b)), lse = log(exp(lse_a) + exp(lse_b)),
     evaluated relative to max(lse_a, lse_b). An empty side (lse = -inf) contributes nothing; both empty give 0, -inf.
     """
-    out_a, lse_a, out_b, lse_b = _to_cpu64(out_a, lse_a, out_b, lse_b)
+    out_a, lse_a, out_b, lse_b = _to64(out_a, lse_a, out_b, lse_b)
     lse = torch.logaddexp(lse_a, lse_b)
     both_empty = torch.isneginf(lse)
     ref = torch.where(both_empty, 0.0, lse)

@@ -1,0 +1,25 @@
+# The commands the README and CI use. Each target creates the environment first (scripts/bootstrap.sh).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# pytest-xdist workers: the CPU suite runs the Triton interpreter, 2 cores on CI
+WORKERS ?= 2
+
+.PHONY: venv run test bench lint clean
+
+venv:
+	@VENV=$(VENV) bash scripts/bootstrap.sh
+
+## run: every backend on a random paged cache, checked against the float64 reference (GPU if present, else CPU)
+run: venv
+	$(PY) -m flashdecode run
+
+## test: the test suite (Triton interpreter on CPU without a GPU, native on a GPU)
+test: venv
+	$(PY) -m pytest -q -n $(WORKERS) tests
+
+## bench: the benchmark's anchor preset (PERF.md's grid), results under bench-out/
+bench: venv
+	$(PY) -m flashdecode bench --preset anchor --out bench-out
+
+clean:
+	rm -rf $(VENV) bench-out .pytest_cache

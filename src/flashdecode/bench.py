@@ -1,0 +1,566 @@
+"""Benchmark harness: flashdecode's backends side by side with peers, checked, timed, with a roofline.
+
+For each row (a batch of lengths and a head geometry) the harness builds one random paged cache, checks every
+backend against the float64 reference (a wrong backend is marked and not timed), then times it:
+
+* ``graph_us``: median of CUDA-graph replays (``triton.testing.do_bench_cudagraph``), the headline number;
+* ``eager_us``: median of eager calls (``triton.testing.do_bench``), which adds Python and launch overhead.
+
+Rows whose K/V fit a few times in L2 rotate through several copies of the cache so that calls do not find
+their data in L2; ``l2`` in the results says "rotated" or "warm". Bytes are counted from the actual lengths:
+K + V of the valid tokens + q + out. % of peak is against the read bandwidth measured in the same process
+(``torch.sum`` over a 4 GiB tensor).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+
+__all__ = ["Row", "PRESETS", "run_rows", "add_bench_arguments", "cmd_bench", "cmd_plot"]
+
+
+@dataclass
+class Row:
+    """One benchmark configuration."""
+
+    seqlens: list[int]
+    num_q_heads: int
+    num_kv_heads: int
+    head_dim: int = 128
+    page_size: int = 16
+    dtype: str = "bf16"
+    label: str = ""
+
+    @property
+    def batch(self) -> int:
+        return len(self.seqlens)
+
+    def name(self) -> str:
+        if self.label:
+            return self.label
+        lens = set(self.seqlens)
+        s = str(self.seqlens[0]) if len(lens) == 1 else f"{min(lens)}..{max(lens)}"
+        extra = "" if (self.head_dim, self.page_size, self.dtype) == (128, 16, "bf16") else (
+            f" D{self.head_dim} P{self.page_size} {self.dtype}"
+        )
+        return f"{self.batch}x{s} {self.num_q_heads}/{self.num_kv_heads}{extra}"
+
+    def kv_bytes(self) -> int:
+        itemsize = 4 if self.dtype == "fp32" else 2
+        return 2 * sum(self.seqlens) * self.num_kv_heads * self.head_dim * itemsize
+
+    def io_bytes(self) -> int:
+        itemsize = 4 if self.dtype == "fp32" else 2
+        return self.kv_bytes() + 2 * self.batch * self.num_q_heads * self.head_dim * itemsize
+
+    def flops(self) -> int:
+        # q·k and p·v: 2 multiply-adds per (query head, token, dim) each
+        return 4 * sum(self.seqlens) * self.num_q_heads * self.head_dim
+
+
+def _uniform(batch, seqlen, hq, hkv, **kw):
+    return Row([seqlen] * batch, hq, hkv, **kw)
+
+
+def _anchor():
+    # ../shared/PERF.md's grid: bf16, head_dim 128, page 16 (shapes only; the peers' times are in docs)
+    rows = []
+    for hq, hkv in ((12, 12), (12, 2)):
+        for b, s in ((256, 256), (64, 1024), (16, 4096), (4, 16384), (1, 65536), (1, 131072)):
+            rows.append(_uniform(b, s, hq, hkv))
+    rows += [_uniform(1, s, 32, 32) for s in (8192, 32768, 131072)]
+    rows += [_uniform(b, s, 28, 4) for b, s in ((1, 128), (1, 2048), (8, 128), (8, 2048))]
+    rows += [_uniform(b, s, 32, 8) for b, s in ((64, 4096), (256, 2048), (128, 8192))]
+    return rows
+
+
+def _constant_tokens(hq, hkv):
+    pairs = [(256, 256), (128, 512), (64, 1024), (32, 2048), (16, 4096), (8, 8192), (4, 16384), (2, 32768),
+             (1, 65536), (1, 131072)]  # fmt: skip
+    return [_uniform(b, s, hq, hkv) for b, s in pairs]
+
+
+PRESETS = {
+    "anchor": _anchor,
+    "mha": lambda: _constant_tokens(12, 12),
+    "gqa": lambda: _constant_tokens(12, 2),
+    "long": lambda: [_uniform(1, s, 32, 32) for s in (8192, 16384, 32768, 65536, 131072)],
+    "qwen": lambda: [_uniform(b, s, 28, 4) for b in (1, 8) for s in (128, 256, 512, 1024, 2048)],
+    "serving": lambda: [_uniform(b, s, 32, 8) for b, s in ((64, 2048), (64, 8192), (128, 4096), (256, 2048), (256, 4096))],
+    "ragged": lambda: [
+        Row([131072] + [1024] * 63, 32, 8, label="ragged 1x131072+63x1024 32/8"),
+        _uniform(64, 3064, 32, 8, label="uniform 64x3064 32/8 (same bytes)"),
+    ],
+    "dims": lambda: [_uniform(64, 4096, 32, 8, head_dim=d) for d in (64, 128, 256)],
+    "tiny": lambda: [
+        Row([40, 100, 7], 8, 2, head_dim=64),
+        Row([0, 33, 64, 129], 4, 4, head_dim=64, page_size=12),
+    ],
+}
+
+FLASHDECODE_BACKENDS = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_naive")
+PEERS = ("torch_compile", "flashinfer", "flashinfer_tc", "flash_attn")
+GPU_DEFAULT = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn")
+CPU_DEFAULT = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_naive")
+
+
+class Skip(Exception):
+    """A backend that cannot run this row (missing package, unsupported shape): reported, never an error."""
+
+
+def _torch_dtype(name):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
+
+
+def make_backend(name: str, case, row: Row):
+    """A zero-argument callable computing the row's output [B, Hq, D] with backend ``name`` (or raise Skip).
+
+    The callable takes the tensors it reads from ``case`` at call time, so the harness can swap in a copy of the
+    cache (L2 rotation) without re-planning.
+    """
+    from .api import decode_attention
+
+    if name in FLASHDECODE_BACKENDS:
+        return lambda c=case: decode_attention(*c.args, backend=name)
+    if name == "torch_compile":
+        compiled = _compiled_dense()
+        scale = 1.0 / math.sqrt(row.head_dim)
+        return lambda c=case: compiled(*c.args, scale)[0]
+    if name in ("flashinfer", "flashinfer_tc"):
+        from .peers import flashinfer_decode
+
+        return flashinfer_decode(case, use_tensor_cores=name == "flashinfer_tc")
+    if name == "flash_attn":
+        from .peers import flash_attn_decode
+
+        return flash_attn_decode(case)
+    raise ValueError(f"unknown backend {name!r}; known: {FLASHDECODE_BACKENDS + PEERS}")
+
+
+_COMPILED = {}
+
+
+def _compiled_dense():
+    """torch.compile of the plain PyTorch dense version, compiled once per process (dynamic shapes)."""
+    if "dense" not in _COMPILED:
+        import torch
+
+        from .torch_baselines import torch_dense
+
+        _COMPILED["dense"] = torch.compile(torch_dense, dynamic=True)
+    return _COMPILED["dense"]
+
+
+# ---------------------------------------------------------------------------------------------- measuring
+
+
+def measure_read_bandwidth(device) -> float:
+    """Bytes/s of ``torch.sum`` over a 4 GiB bf16 tensor: the read ceiling measured in this process."""
+    import torch
+    from triton.testing import do_bench
+
+    x = torch.empty(2 << 30, dtype=torch.bfloat16, device=device).uniform_()
+    ms = do_bench(lambda: x.sum(), warmup=50, rep=300, return_mode="median")
+    nbytes = x.numel() * x.element_size()
+    del x
+    torch.cuda.empty_cache()
+    return nbytes / (ms * 1e-3)
+
+
+def _l2_bytes(device) -> int:
+    import torch
+
+    return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20)
+
+
+def rotation_copies(case, l2_bytes: int, max_copies: int = 32):
+    """Copies of the cache, enough that consecutive calls do not find K/V in L2 (>= 3x L2 in total)."""
+    pool = case.k_cache.numel() * case.k_cache.element_size() * 2
+    n = min(max_copies, max(1, math.ceil(3 * l2_bytes / max(pool, 1))))
+    copies = [case] + [
+        dataclasses.replace(case, k_cache=case.k_cache.clone(), v_cache=case.v_cache.clone()) for _ in range(n - 1)
+    ]
+    return copies
+
+
+def time_gpu(fn, copies) -> tuple[float, float]:
+    """(graph µs, eager µs): medians of CUDA-graph replays and of eager calls, cycling through the copies."""
+    import itertools
+
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    cycle = itertools.cycle(copies)
+
+    def call():
+        return fn(next(cycle))
+
+    # warm-up outside the timed region: compilation, autotuning, planning
+    for _ in range(len(copies) + 2):
+        call()
+    graph_ms = do_bench_cudagraph(call, rep=50, return_mode="median")
+    eager_ms = do_bench(call, warmup=10, rep=50, return_mode="median")
+    return graph_ms * 1e3, eager_ms * 1e3
+
+
+def time_cpu(fn, case, repeats=3) -> float:
+    """µs per call on the CPU (wall clock, median of a few): meaningless for GPU speed, shown only as a smoke test."""
+    import statistics
+    import time
+
+    fn(case)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(case)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e6
+
+
+def check_backend(fn, case, ref_out, tolerance) -> tuple[bool, float]:
+    """Run once and compare with the reference (the gate before timing)."""
+    from .check import check_output
+
+    out = fn(case)
+    return check_output(out, ref_out, tolerance)
+
+
+def run_rows(rows, backends, device, *, progress=True, sabotage=None):
+    """Check and time every backend on every row. Returns a list of result dicts (one per row x backend).
+
+    sabotage: optional {backend: fn(out) -> out} to corrupt a backend's output (tests of the correctness gate).
+    """
+    import torch
+
+    from .cases import random_paged_case
+    from .check import output_tolerance
+    from .reference import reference_dense
+
+    on_gpu = device == "cuda"
+    l2 = _l2_bytes(device) if on_gpu else 0
+    bar = _progress(total=len(rows) * len(backends), enabled=progress)
+    results = []
+    for row in rows:
+        case = random_paged_case(
+            row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, row.page_size, _torch_dtype(row.dtype),
+            device, spare_pages=0 if on_gpu else 3, seed=len(results),
+        )  # fmt: skip
+        ref_out, _ = reference_dense(*case.args, device=device)
+        tolerance = output_tolerance(case.args, ref_out)
+        copies = rotation_copies(case, l2) if on_gpu else [case]
+        for name in backends:
+            bar.set_description(f"{row.name()} {name}")
+            rec = _base_record(row, name)
+            rec["l2"] = "rotated" if len(copies) > 1 else ("warm" if on_gpu and row.kv_bytes() < 3 * l2 else "cold")
+            rec["copies"] = len(copies)
+            try:
+                fn = make_backend(name, case, row)
+                if sabotage and name in sabotage:
+                    fn = (lambda f, s: (lambda c: s(f(c))))(fn, sabotage[name])
+                ok, err = check_backend(fn, case, ref_out, tolerance)
+                rec.update(max_err=err, tolerance=tolerance)
+                if not ok:
+                    rec.update(status="wrong", reason=f"max |out - ref| = {err:.3g} > {tolerance:.3g}; not timed")
+                elif on_gpu:
+                    graph_us, eager_us = time_gpu(fn, copies)
+                    rec.update(status="ok", graph_us=graph_us, eager_us=eager_us)
+                else:
+                    rec.update(status="ok", eager_us=time_cpu(fn, case))
+            except Skip as e:
+                rec.update(status="skipped", reason=str(e))
+            except Exception as e:  # a peer failing must not stop the sweep; the record says what happened
+                rec.update(status="error", reason=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            results.append(rec)
+            bar.update(1)
+        del copies, case
+        if on_gpu:
+            torch.cuda.empty_cache()
+    bar.close()
+    return results
+
+
+def _base_record(row: Row, backend: str) -> dict:
+    rec = dataclasses.asdict(row)
+    rec["seqlens"] = row.seqlens if len(set(row.seqlens)) > 1 else [row.seqlens[0]]
+    rec.update(
+        row=row.name(), backend=backend, batch=row.batch, max_seqlen=max(row.seqlens, default=0),
+        bytes=row.io_bytes(), kv_bytes=row.kv_bytes(), flops=row.flops(),
+        intensity=row.flops() / max(row.io_bytes(), 1),
+    )  # fmt: skip
+    return rec
+
+
+def add_metrics(results, read_bw):
+    """GB/s, % of the measured read bandwidth, the bandwidth-bound time and speed-up over the best other backend."""
+    by_row = {}
+    for rec in results:
+        by_row.setdefault(rec["row"], []).append(rec)
+    for recs in by_row.values():
+        for rec in recs:
+            t = rec.get("graph_us") or rec.get("eager_us")
+            if read_bw:
+                rec["bound_us"] = rec["bytes"] / read_bw * 1e6
+            if t:
+                rec["gbps"] = rec["bytes"] / (t * 1e-6) / 1e9
+                if read_bw:
+                    rec["pct_peak"] = 100 * rec["bytes"] / (t * 1e-6) / read_bw
+            others = [o.get("graph_us") or o.get("eager_us") for o in recs if o is not rec and o["status"] == "ok"]
+            others = [o for o in others if o]
+            if t and others:
+                rec["speedup_vs_best_other"] = min(others) / t
+    return results
+
+
+def _progress(total, enabled):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is in the [bench] extra; without it, no bar
+        enabled = False
+    if enabled:
+        return tqdm(total=total, file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    class _Quiet:
+        def update(self, n):
+            pass
+
+        def set_description(self, text):
+            pass
+
+        def close(self):
+            pass
+
+    return _Quiet()
+
+
+# ---------------------------------------------------------------------------------------------- provenance
+
+
+def provenance(device, read_bw, timing) -> dict:
+    import torch
+    import triton
+
+    info = {
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "timing": timing,
+        "read_bandwidth_gbps": read_bw / 1e9 if read_bw else None,
+    }
+    for pkg in ("flashinfer", "flash_attn"):
+        try:
+            info[pkg] = __import__(pkg).__version__
+        except Exception:
+            info[pkg] = None
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(
+            gpu=props.name, sm_count=props.multi_processor_count, l2_bytes=_l2_bytes(device),
+            cuda_runtime=torch.version.cuda,
+            driver=_run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+        )  # fmt: skip
+    else:
+        info.update(gpu=None, cpu=platform.processor() or platform.machine())
+    return info
+
+
+def _git(*args) -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return _run(["git", "-C", here, *args])
+
+
+def _run(cmd) -> str | None:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip() or ""
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- reporting
+
+
+def _cell(rec):
+    if rec["status"] != "ok":
+        return rec["status"]
+    t = rec.get("graph_us") or rec.get("eager_us")
+    return f"{t:.1f}"
+
+
+def markdown_table(results, meta) -> str:
+    """Two tables: rows x backends (graph µs), then every record with its metrics."""
+    backends = list(dict.fromkeys(r["backend"] for r in results))
+    rows = list(dict.fromkeys(r["row"] for r in results))
+    get = {(r["row"], r["backend"]): r for r in results}
+    unit = "graph µs" if meta.get("gpu") else "CPU µs (meaningless)"
+    lines = [f"| row | K+V MB | {' | '.join(backends)} | best |", "|---|---:|" + "---:|" * len(backends) + "---|"]
+    for row in rows:
+        recs = [get.get((row, b)) for b in backends]
+        ok = [r for r in recs if r and r["status"] == "ok"]
+        best = min(ok, key=lambda r: r.get("graph_us") or r.get("eager_us"))["backend"] if ok else "-"
+        mb = recs[0]["kv_bytes"] / 1e6 if recs[0] else 0
+        lines.append(f"| {row} | {mb:.1f} | " + " | ".join(_cell(r) if r else "" for r in recs) + f" | {best} |")
+    head = (
+        f"{unit}; GPU {meta.get('gpu')}, commit {str(meta.get('commit'))[:10]}{' (dirty)' if meta.get('dirty') else ''}, "
+        f"torch {meta.get('torch')}, triton {meta.get('triton')}, flashinfer {meta.get('flashinfer')}, "
+        f"read bandwidth {meta.get('read_bandwidth_gbps') or 0:.0f} GB/s, timing: {meta.get('timing')}"
+    )
+    detail = [
+        "| row | backend | graph µs | eager µs | GB/s | % peak | vs best other | bound µs | L2 | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        f = lambda k, fmt: (fmt.format(r[k]) if r.get(k) is not None else "")  # noqa: E731
+        detail.append(
+            f"| {r['row']} | {r['backend']} | {f('graph_us', '{:.1f}')} | {f('eager_us', '{:.1f}')} | "
+            f"{f('gbps', '{:.0f}')} | {f('pct_peak', '{:.1f}')} | {f('speedup_vs_best_other', '{:.2f}x')} | "
+            f"{f('bound_us', '{:.1f}')} | {r.get('l2', '')} | {r['status']}{': ' + r['reason'] if r.get('reason') else ''} |"
+        )
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(detail) + "\n"
+
+
+def terminal_table(results, meta) -> str:
+    lines = [f"{'row':<34} {'backend':<14} {'graph us':>9} {'eager us':>9} {'GB/s':>6} {'%peak':>6} {'vs best':>8}  status"]
+    for r in results:
+        g = f"{r['graph_us']:.1f}" if r.get("graph_us") else "-"
+        e = f"{r['eager_us']:.1f}" if r.get("eager_us") else "-"
+        bw = f"{r['gbps']:.0f}" if r.get("gbps") else "-"
+        pk = f"{r['pct_peak']:.1f}" if r.get("pct_peak") else "-"
+        sp = f"{r['speedup_vs_best_other']:.2f}x" if r.get("speedup_vs_best_other") else "-"
+        status = r["status"] + (f" ({r['reason']})" if r.get("reason") and r["status"] != "ok" else "")
+        lines.append(f"{r['row']:<34} {r['backend']:<14} {g:>9} {e:>9} {bw:>6} {pk:>6} {sp:>8}  {status}")
+    return "\n".join(lines)
+
+
+def compare(results, previous_path, threshold=0.05) -> list[str]:
+    """Lines for the (row, backend) pairs more than ``threshold`` slower than in a previous results.json."""
+    with open(previous_path) as f:
+        before = {(r["row"], r["backend"]): r for r in json.load(f)["results"]}
+    lines = []
+    for r in results:
+        old = before.get((r["row"], r["backend"]))
+        key = "graph_us" if r.get("graph_us") else "eager_us"
+        if old and old.get(key) and r.get(key) and r[key] > old[key] * (1 + threshold):
+            lines.append(f"SLOWER {r['row']} {r['backend']}: {old[key]:.1f} -> {r[key]:.1f} us ({r[key] / old[key]:.2f}x)")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------- command line
+
+
+def parse_ints(text: str) -> list[int]:
+    """'1,2,8' -> [1, 2, 8]; '1024:131072:x2' -> 1024, 2048, ..., 131072; '128:512:128' -> 128, 256, 384, 512."""
+    values = []
+    for part in text.split(","):
+        if ":" in part:
+            lo, hi, step = part.split(":")
+            lo, hi = int(lo), int(hi)
+            if step.startswith("x"):
+                factor = int(step[1:])
+                if factor < 2:
+                    raise ValueError(f"a geometric step must be x2 or more, got {step!r}")
+                while lo <= hi:
+                    values.append(lo)
+                    lo *= factor
+            else:
+                values.extend(range(lo, hi + 1, int(step)))
+        elif part:
+            values.append(int(part))
+    return values
+
+
+def add_bench_arguments(p):
+    p.add_argument("--preset", default=None, help=f"comma-separated presets: {', '.join(PRESETS)} (default: anchor on a GPU, tiny on CPU)")
+    p.add_argument("--batch", help="free-form rows: batch sizes, e.g. 1,8,64 or 1:256:x2")
+    p.add_argument("--seqlen", help="free-form rows: lengths, e.g. 1024:131072:x2")
+    p.add_argument("--heads", default="32/8", help="free-form rows: query/KV heads (default 32/8)")
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--backends", help=f"comma-separated; flashdecode: {', '.join(FLASHDECODE_BACKENDS)}; peers: {', '.join(PEERS)}")
+    p.add_argument("--out", help="folder for results.json, results.md and the plots")
+    p.add_argument("--compare", help="a previous results.json: print the rows more than 5%% slower")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--no-progress", action="store_true")
+
+
+def rows_from_args(args, on_gpu) -> list[Row]:
+    rows = []
+    if args.batch or args.seqlen:
+        hq, hkv = (int(x) for x in args.heads.split("/"))
+        for b in parse_ints(args.batch or "1"):
+            for s in parse_ints(args.seqlen or "4096"):
+                rows.append(Row([s] * b, hq, hkv, args.head_dim, args.page_size, args.dtype))
+    presets = args.preset.split(",") if args.preset else ([] if rows else ["anchor" if on_gpu else "tiny"])
+    for name in presets:
+        if name not in PRESETS:
+            raise SystemExit(f"error: --preset must be among {', '.join(PRESETS)}, got {name!r}")
+        for row in PRESETS[name]():
+            if args.dtype != "bf16" and not args.batch:
+                row = dataclasses.replace(row, dtype=args.dtype)
+            rows.append(row)
+    return rows
+
+
+def cmd_bench(args) -> int:
+    from .cli import _pick_device
+
+    device = _pick_device(args.device)
+    on_gpu = device == "cuda"
+    rows = rows_from_args(args, on_gpu)
+    backends = args.backends.split(",") if args.backends else list(GPU_DEFAULT if on_gpu else CPU_DEFAULT)
+    for b in backends:
+        if b not in FLASHDECODE_BACKENDS + PEERS:
+            raise SystemExit(f"error: --backends: unknown backend {b!r}; known: {', '.join(FLASHDECODE_BACKENDS + PEERS)}")
+    if not on_gpu:
+        print("note: no GPU: running on CPU through the Triton interpreter; these timings mean nothing for GPU speed")
+    read_bw = measure_read_bandwidth(device) if on_gpu else None
+    if read_bw:
+        print(f"measured read bandwidth (torch.sum over 4 GiB): {read_bw / 1e9:.0f} GB/s")
+    results = run_rows(rows, backends, device, progress=not args.no_progress)
+    add_metrics(results, read_bw)
+    timing = (
+        "median of CUDA-graph replays (triton do_bench_cudagraph) and of eager calls (do_bench)" if on_gpu
+        else "CPU wall clock, median of 3 (meaningless)"
+    )  # fmt: skip
+    meta = provenance(device, read_bw, timing)
+    print(terminal_table(results, meta))
+    if args.out:
+        write_outputs(results, meta, args.out)
+        print(f"wrote {args.out}/results.json, results.md and plots")
+    if args.compare:
+        slower = compare(results, args.compare)
+        print("\n".join(slower) if slower else f"no row more than 5% slower than {args.compare}")
+    return 0
+
+
+def write_outputs(results, meta, out_dir):
+    from .plots import plot_results
+
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1, default=str)
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write(markdown_table(results, meta))
+    plot_results(results, meta, out_dir)
+
+
+def cmd_plot(args) -> int:
+    from .plots import plot_results
+
+    with open(args.results) as f:
+        data = json.load(f)
+    out_dir = args.out or os.path.dirname(os.path.abspath(args.results))
+    for path in plot_results(data["results"], data["meta"], out_dir):
+        print(f"wrote {path}")
+    return 0

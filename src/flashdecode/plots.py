@@ -1,0 +1,66 @@
+"""Plots of benchmark results: GB/s against context length and µs against batch, one line per backend."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["plot_results"]
+
+
+def _groups(results):
+    """Uniform-length rows that ran, grouped by head geometry, head dim, page size and dtype."""
+    groups = {}
+    for r in results:
+        if r["status"] != "ok" or len(r["seqlens"]) != 1:
+            continue
+        key = f"{r['num_q_heads']}/{r['num_kv_heads']} heads, D{r['head_dim']}, page {r['page_size']}, {r['dtype']}"
+        groups.setdefault(key, []).append(r)
+    return groups
+
+
+def _time(r):
+    return r.get("graph_us") or r.get("eager_us")
+
+
+def plot_results(results, meta, out_dir) -> list[str]:
+    """Write gbps_vs_seqlen.png and us_vs_batch.png into out_dir; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    groups = _groups(results) or {"no uniform rows": []}
+    where = meta.get("gpu") or "CPU (Triton interpreter: timings meaningless)"
+    peak = meta.get("read_bandwidth_gbps")
+    paths = []
+    for fname, x_key, y_fn, y_label, x_label in (
+        ("gbps_vs_seqlen.png", "max_seqlen", lambda r: r.get("gbps"), "GB/s (K+V+q+out over time)", "context length (tokens)"),
+        ("us_vs_batch.png", "batch", _time, "µs per call", "batch size"),
+    ):
+        n = len(groups)
+        fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.5), squeeze=False)
+        for ax, (title, recs) in zip(axes[0], groups.items()):
+            for backend in dict.fromkeys(r["backend"] for r in recs):
+                pts = sorted((r[x_key], y_fn(r)) for r in recs if r["backend"] == backend and y_fn(r))
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", label=backend)
+            if peak and fname.startswith("gbps"):
+                ax.axhline(peak, color="gray", linestyle="--", linewidth=1, label=f"measured read peak {peak:.0f}")
+            ax.set_xscale("log", base=2)
+            if fname.startswith("us"):
+                ax.set_yscale("log")
+            ax.set_title(title, fontsize=10)
+            ax.set_xlabel(x_label)
+            ax.set_ylabel(y_label)
+            ax.grid(True, alpha=0.3)
+            if recs:
+                ax.legend(fontsize=8)
+        commit = str(meta.get("commit"))[:10]
+        fig.suptitle(f"flashdecode decode attention on {where} (commit {commit})", fontsize=11)
+        fig.tight_layout()
+        path = os.path.join(out_dir, fname)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,40 @@
+"""Tolerances derived from what plain PyTorch achieves at the same precision, and a case builder."""
+
+import torch
+
+from flashdecode import decode_attention
+from flashdecode.cases import random_paged_case
+from flashdecode.check import lse_err, max_err  # noqa: F401 (re-exported for the tests)
+from flashdecode.check import output_tolerance as _output_tolerance
+from flashdecode.reference import reference_dense
+
+# Triton backends under test, and the plain-PyTorch backend whose error sets the bar
+KERNEL_BACKENDS = ("triton", "triton_splitk", "auto")
+ALL_BACKENDS = ("torch_naive", "torch_sdpa") + KERNEL_BACKENDS
+
+
+def ragged_lengths(page_size, long=150):
+    """Lengths that hit every edge: empty, one token, page-1, page, page+1, several pages, many tiles."""
+    return [0, 1, max(page_size - 1, 1), page_size, page_size + 1, 3 * page_size + 5, long]
+
+
+def case(seqlens, hq, hkv, d, page, dtype, device, seed=0, **kw):
+    return random_paged_case(seqlens, hq, hkv, d, page, dtype, device, seed=seed, **kw)
+
+
+def output_tolerance(c, ref_out, dtype, **kwargs):
+    """2 x the error of torch_naive (the same math in plain PyTorch, same dtype) + one ulp at the output's scale."""
+    assert c.q.dtype == dtype
+    return _output_tolerance(c.args, ref_out, **kwargs)
+
+
+def lse_tolerance(c, ref_lse, **kwargs):
+    """2 x the error of an fp32 PyTorch LSE on the same low-precision inputs + 4 fp32 ulps at the LSE's scale."""
+    _, baseline = decode_attention(*c.args, backend="torch_sdpa", return_lse=True, **kwargs)
+    finite = torch.isfinite(ref_lse)
+    scale = float(ref_lse[finite].abs().max()) if finite.any() else 0.0
+    return 2 * lse_err(baseline, ref_lse) + 4 * torch.finfo(torch.float32).eps * (1.0 + scale)
+
+
+def reference_of(c, **kwargs):
+    return reference_dense(*c.args, **kwargs)

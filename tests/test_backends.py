@@ -1,0 +1,123 @@
+"""Every backend against the float64 reference on production-like paged inputs."""
+
+import pytest
+import torch
+from helpers import (
+    ALL_BACKENDS,
+    KERNEL_BACKENDS,
+    case,
+    lse_err,
+    lse_tolerance,
+    max_err,
+    output_tolerance,
+    ragged_lengths,
+    reference_of,
+)
+
+from flashdecode import decode_attention
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+# (page_size, group, head_dim): every page size (1, 16, and 12 which is not a power of two), every GQA group
+# (1, 2, 4, 7, 8) and both head dims appear, crossed with every dtype below
+GEOMETRIES = [(16, 1, 64), (1, 2, 128), (12, 4, 64), (16, 7, 128), (12, 8, 128), (1, 7, 64)]
+
+
+def _cases():
+    for dname in DTYPES:
+        for page, group, d in GEOMETRIES:
+            yield pytest.param(dname, page, group, d, id=f"{dname}-P{page}-G{group}-D{d}")
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("dname,page,group,d", list(_cases()))
+def test_backend_matches_reference(backend, dname, page, group, d, device):
+    dtype = DTYPES[dname]
+    hkv = 2
+    c = case(ragged_lengths(page), group * hkv, hkv, d, page, dtype, device, seed=hash((page, group, d)) % 1000)
+    ref_out, ref_lse = reference_of(c)
+    # a NaN-filled output buffer: every element must be written
+    out = torch.full_like(c.q, float("nan"))
+    result, lse = decode_attention(*c.args, backend=backend, out=out, return_lse=True)
+    assert result.data_ptr() == out.data_ptr()
+    assert result.dtype == dtype and result.shape == c.q.shape
+    err, tol = max_err(out, ref_out), output_tolerance(c, ref_out, dtype)
+    assert err <= tol, f"{backend}: max |out - ref| = {err:.3g} > tolerance {tol:.3g}"
+    if backend == "torch_naive":
+        # its scores are rounded to the input dtype before the logsumexp: good to a dtype ulp at the LSE's scale
+        tol = 2 * torch.finfo(dtype).eps * (1.0 + float(ref_lse[torch.isfinite(ref_lse)].abs().max()))
+    else:
+        tol = lse_tolerance(c, ref_lse)
+    err = lse_err(lse, ref_lse)
+    assert err <= tol, f"{backend}: max |lse - ref| = {err:.3g} > tolerance {tol:.3g}"
+    # empty sequence: exact zeros and -inf
+    assert torch.equal(out[0].cpu(), torch.zeros_like(out[0].cpu()))
+    assert torch.isneginf(lse[0]).all()
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_four_dim_query_and_default_scale(backend, device):
+    c = case([5, 40, 33], 8, 2, 64, 16, torch.float16, device, seed=3)
+    ref_out, _ = reference_of(c, softmax_scale=0.3)
+    q4 = c.q[:, None]
+    out = decode_attention(q4, *c.args[1:], backend=backend, softmax_scale=0.3)
+    assert out.shape == q4.shape
+    assert max_err(out[:, 0], ref_out) <= output_tolerance(c, ref_out, torch.float16, softmax_scale=0.3)
+    # default scale is 1/sqrt(D)
+    default = decode_attention(*c.args, backend=backend)
+    explicit = decode_attention(*c.args, backend=backend, softmax_scale=64**-0.5)
+    assert torch.equal(default, explicit)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_strided_inputs_are_honoured(backend, device):
+    """q sliced from a packed buffer, a K/V cache that is a view of one KV buffer, a transposed block table."""
+    c = case([7, 30, 64], 8, 2, 64, 8, torch.bfloat16, device, seed=4)
+    packed = torch.randn(3, 20, 64, device=device).to(torch.bfloat16)
+    packed[:, 4:12] = c.q
+    q = packed[:, 4:12]
+    kv = torch.stack([c.k_cache, c.v_cache], dim=2)  # [pages, page, 2, Hkv, D]
+    table_t = c.block_table.t().contiguous().t()
+    out = decode_attention(q, kv[:, :, 0], kv[:, :, 1], c.cache_seqlens, table_t, backend=backend)
+    expected = decode_attention(*c.args, backend=backend)
+    assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("backend", KERNEL_BACKENDS)
+def test_page_permutation_invariance(backend, device):
+    """Moving pages around the pool (and the table with them) changes no bit of the output."""
+    c = case([3, 50, 17, 64], 16, 4, 64, 4, torch.bfloat16, device, seed=5)
+    out = decode_attention(*c.args, backend=backend)
+    perm = torch.randperm(c.k_cache.shape[0], generator=torch.Generator().manual_seed(1)).to(device)
+    inverse = torch.argsort(perm)
+    # page p moves to slot inverse[p]; valid entries follow it, garbage entries stay garbage
+    table = c.block_table.clone()
+    lens = c.cache_seqlens.cpu().tolist()
+    for b, n in enumerate(lens):
+        used = -(-n // 4)
+        table[b, :used] = inverse[c.block_table[b, :used].long()].to(torch.int32)
+    moved = decode_attention(c.q, c.k_cache[perm], c.v_cache[perm], c.cache_seqlens, table, backend=backend)
+    assert torch.equal(out, moved)
+
+
+def test_reference_backend_matches_streaming(device):
+    from flashdecode.reference import reference_streaming
+
+    c = case(ragged_lengths(12), 14, 2, 64, 12, torch.float32, device, seed=6)
+    out, lse = decode_attention(*c.args, backend="reference", return_lse=True)
+    ref_out, ref_lse = reference_streaming(*c.args)
+    assert max_err(out, ref_out) <= 1e-6 and lse_err(lse, ref_lse) <= 1e-6
+
+
+def test_all_sequences_empty(device):
+    c = case([0, 0, 0], 8, 2, 64, 16, torch.bfloat16, device)
+    for backend in ALL_BACKENDS:
+        out, lse = decode_attention(*c.args, backend=backend, return_lse=True, out=torch.full_like(c.q, float("nan")))
+        assert torch.equal(out.cpu(), torch.zeros_like(out.cpu())), backend
+        assert torch.isneginf(lse).all(), backend
+
+
+def test_batch_zero_returns_empty(device):
+    c = case([], 8, 2, 64, 16, torch.float16, device)
+    out, lse = decode_attention(*c.args, return_lse=True, backend="triton_splitk")
+    assert out.shape == (0, 8, 64) and lse.shape == (0, 8)

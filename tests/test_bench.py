@@ -1,0 +1,68 @@
+"""The benchmark harness on CPU: outputs are well-formed and the correctness gate rejects a broken backend."""
+
+import json
+
+import pytest
+
+from flashdecode.bench import PRESETS, Row, compare, parse_ints, run_rows
+from flashdecode.cli import main
+
+
+def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert main(["bench", "--preset", "tiny", "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    printed = capsys.readouterr().out
+    assert "these timings mean nothing" in printed
+    data = json.loads((out / "results.json").read_text())
+    meta, results = data["meta"], data["results"]
+    for key in ("commit", "torch", "triton", "timing", "timestamp", "gpu"):
+        assert key in meta
+    assert len(results) == len(PRESETS["tiny"]()) * 5
+    assert all(r["status"] == "ok" for r in results), [r for r in results if r["status"] != "ok"]
+    for r in results:
+        assert r["eager_us"] > 0 and r["bytes"] > 0 and r["flops"] > 0 and r["max_err"] <= r["tolerance"]
+    md = (out / "results.md").read_text()
+    assert md.count("\n|") > len(results)
+    for png in ("gbps_vs_seqlen.png", "us_vs_batch.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # redraw from the saved JSON
+    assert main(["plot", str(out / "results.json"), "--out", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "us_vs_batch.png").exists()
+
+
+def test_gate_rejects_a_broken_backend():
+    rows = [Row([20, 50], 4, 2, head_dim=64, dtype="fp32")]
+    results = run_rows(rows, ["triton", "torch_sdpa"], "cpu", progress=False, sabotage={"triton": lambda out: out * 1.001})
+    by = {r["backend"]: r for r in results}
+    assert by["triton"]["status"] == "wrong" and "eager_us" not in by["triton"]
+    assert by["torch_sdpa"]["status"] == "ok"
+
+
+def test_missing_peer_is_skipped_not_an_error():
+    pytest.importorskip("torch")
+    try:
+        import flashinfer  # noqa: F401
+
+        pytest.skip("flashinfer is installed here")
+    except ImportError:
+        pass
+    results = run_rows([Row([8], 4, 2, head_dim=64)], ["flashinfer"], "cpu", progress=False)
+    assert results[0]["status"] == "skipped" and "not importable" in results[0]["reason"]
+
+
+def test_parse_ints_and_compare(tmp_path):
+    assert parse_ints("1,8,64") == [1, 8, 64]
+    assert parse_ints("1024:8192:x2") == [1024, 2048, 4096, 8192]
+    assert parse_ints("128:512:128") == [128, 256, 384, 512]
+    old = {"results": [{"row": "r", "backend": "b", "graph_us": 10.0}]}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert compare([{"row": "r", "backend": "b", "graph_us": 10.4}], tmp_path / "old.json") == []
+    assert len(compare([{"row": "r", "backend": "b", "graph_us": 11.0}], tmp_path / "old.json")) == 1
+
+
+def test_anchor_preset_is_perf_md_grid():
+    rows = PRESETS["anchor"]()
+    assert len(rows) == 22
+    assert {(r.batch, r.seqlens[0], r.num_q_heads, r.num_kv_heads) for r in rows} >= {(128, 8192, 32, 8), (1, 128, 28, 4)}
+    # K+V MB of PERF.md's first and last rows
+    assert round(rows[0].kv_bytes() / 1e6) == 403 and round(rows[-1].kv_bytes() / 1e6) == 4295

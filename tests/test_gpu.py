@@ -1,0 +1,43 @@
+"""GPU-only contracts: no host synchronisation on the kernel path, CUDA-graph capture with growing lengths."""
+
+import pytest
+import torch
+from helpers import case, max_err, output_tolerance, reference_of
+
+from flashdecode import decode_attention
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (runs natively on the H200)")
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk", "torch_sdpa"])
+def test_no_host_sync(backend):
+    c = case([100, 3000, 17], 32, 8, 128, 16, torch.bfloat16, "cuda")
+    decode_attention(*c.args, backend=backend)  # compile first: the compiler may sync
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        decode_attention(*c.args, backend=backend, return_lse=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk"])
+def test_cuda_graph_replay_with_growing_lengths(backend):
+    """Capture at short lengths, replay after the lengths grew (more tiles, more pages): equals eager calls."""
+    c = case([2000, 5000, 700], 16, 2, 128, 16, torch.bfloat16, "cuda", seed=7)
+    full = c.cache_seqlens.clone()
+    lens = torch.tensor([5, 40, 1], dtype=torch.int32, device="cuda")
+    out = torch.empty_like(c.q)
+    args = (c.q, c.k_cache, c.v_cache, lens, c.block_table)
+    decode_attention(*args, backend=backend, out=out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        decode_attention(*args, backend=backend, out=out)
+    for grown in ([5, 40, 1], [300, 4000, 700], full.tolist()):
+        lens.copy_(torch.tensor(grown, dtype=torch.int32))
+        graph.replay()
+        eager = decode_attention(*args, backend=backend)
+        assert torch.equal(out, eager), grown
+    ref_out, _ = reference_of(c)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)

@@ -1,0 +1,61 @@
+"""merge_states against the float64 reference, with empty sides, and as the inverse of splitting a sequence."""
+
+import pytest
+import torch
+from helpers import case, lse_err, max_err, reference_of
+
+from flashdecode import decode_attention, merge_states
+from flashdecode.reference import reference_merge_states
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_merge_matches_reference(dtype, device):
+    gen = torch.Generator().manual_seed(0)
+    out_a, out_b = (torch.randn(3, 5, 64, generator=gen).to(device, dtype) for _ in range(2))
+    lse_a, lse_b = (torch.randn(3, 5, generator=gen).mul(10).to(device) for _ in range(2))
+    out, lse = merge_states(out_a, lse_a, out_b, lse_b)
+    ref_out, ref_lse = reference_merge_states(out_a, lse_a, out_b, lse_b)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    assert max_err(out, ref_out) <= torch.finfo(dtype).eps * 2
+    assert lse_err(lse, ref_lse) <= 1e-5
+
+
+def test_merge_with_empty_sides(device):
+    out_a = torch.randn(2, 4, 8, device=device)
+    lse_a = torch.randn(2, 4, device=device)
+    garbage = torch.full_like(out_a, float("nan"))
+    empty = torch.full_like(lse_a, float("-inf"))
+    # one side empty: the other comes through unchanged, even if the empty side's output is NaN
+    for out, lse in (merge_states(out_a, lse_a, garbage, empty), merge_states(garbage, empty, out_a, lse_a)):
+        assert torch.allclose(out, out_a, rtol=1e-6, atol=1e-6) and torch.allclose(lse, lse_a)
+    # both empty: zeros and -inf, no NaN
+    out, lse = merge_states(garbage, empty, garbage, empty)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.isneginf(lse).all()
+
+
+def test_merge_of_two_halves_equals_whole(device):
+    """Attention over pages [0, n) merged with pages [n, N) equals attention over all pages."""
+    page = 8
+    c = case([40, 64, 24], 8, 2, 64, page, torch.float32, device, seed=21)
+    lens = c.cache_seqlens
+    first = torch.minimum(lens, torch.tensor(16, device=device, dtype=torch.int32))
+    o1, l1 = decode_attention(c.q, c.k_cache, c.v_cache, first, c.block_table, return_lse=True, backend="triton")
+    # the second half: the rest of each sequence, its table shifted by two pages
+    o2, l2 = decode_attention(
+        c.q, c.k_cache, c.v_cache, lens - first, c.block_table[:, 2:].contiguous(), return_lse=True, backend="triton"
+    )
+    out, lse = merge_states(o1, l1, o2, l2)
+    ref_out, ref_lse = reference_of(c)
+    assert max_err(out, ref_out) <= 1e-5 and lse_err(lse, ref_lse) <= 1e-5
+
+
+def test_merge_validation():
+    o, l = torch.zeros(2, 3, 4), torch.zeros(2, 3)
+    with pytest.raises(TypeError, match="lse_a must be float32, got torch.float64"):
+        merge_states(o, l.double(), o, l)
+    with pytest.raises(ValueError, match=r"lse_b must have shape \(2, 3\)"):
+        merge_states(o, l, o, l[:, :2])
+    with pytest.raises(ValueError, match="out_a and out_b must match"):
+        merge_states(o, l, o.half(), l)
+    with pytest.raises(TypeError, match="out_a must be a torch.Tensor"):
+        merge_states([1.0], l, o, l)

@@ -1,0 +1,125 @@
+"""Split-K: partials against the PyTorch mirror, split-count invariance, empty splits, the combine math."""
+
+import math
+
+import pytest
+import torch
+from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, ragged_lengths, reference_of
+
+from flashdecode import decode_attention
+from flashdecode.triton_splitk import (
+    decode_splitk,
+    plan_num_splits,
+    split_bounds,
+    splitk_partials_mirror,
+)
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 8, 40], ids=lambda s: f"S{s}")
+def test_split_count_invariance(num_splits, device):
+    """Any split count gives the reference answer, including more splits than pages (empty splits)."""
+    page = 16
+    c = case(ragged_lengths(page), 8, 2, 128, page, torch.bfloat16, device, seed=11)
+    ref_out, ref_lse = reference_of(c)
+    out, lse = decode_attention(
+        *c.args, backend="triton_splitk", num_splits=num_splits, return_lse=True, out=torch.full_like(c.q, float("nan"))
+    )
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
+def test_partials_match_mirror(device):
+    """The partial kernel's per-split (o_s, lse_s) equal the float64 mirror's, empty splits (0, -inf) included."""
+    c = case([0, 5, 40, 100], 12, 4, 64, 12, torch.float32, device, seed=12)
+    num_splits, block_n = 4, 16
+    out = torch.empty_like(c.q)
+    lse = torch.empty(c.q.shape[:2], device=device)
+    _, _, o_part, lse_part = decode_splitk(
+        *c.args, 0.125, out, lse, num_splits=num_splits, block_n=block_n, return_partials=True
+    )
+    ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, num_splits, block_n)
+    assert torch.equal(torch.isneginf(lse_part.cpu()), torch.isneginf(ref_lse))
+    assert torch.isneginf(ref_lse).any(), "the case must contain empty splits"
+    assert lse_err(lse_part, ref_lse) <= 1e-5
+    assert max_err(o_part[..., :64], ref_o) <= 1e-5
+
+
+def test_split_bounds_cover_sequence_on_tile_edges():
+    for seqlen in [0, 1, 15, 16, 17, 100, 1000]:
+        for splits in [1, 2, 3, 7, 64]:
+            bounds = split_bounds(seqlen, splits, 16)
+            assert len(bounds) == splits
+            covered = [t for start, end in bounds for t in range(start, end)]
+            assert covered == list(range(seqlen))
+            assert all(start % 16 == 0 for start, end in bounds if end > start)
+
+
+def test_plan_num_splits():
+    # a full grid needs no split
+    assert plan_num_splits(batch=64, num_kv_heads=8, max_tokens=4096, block_n=64, num_sms=132) == 1
+    # one sequence, 8 KV heads: about 2 programs per SM
+    assert plan_num_splits(batch=1, num_kv_heads=8, max_tokens=1 << 17, block_n=64, num_sms=132) == 33
+    # never more splits than tiles
+    assert plan_num_splits(batch=1, num_kv_heads=4, max_tokens=128, block_n=64, num_sms=132) == 2
+
+
+def test_auto_picks_split_for_small_grids(device, monkeypatch):
+    """auto runs split-K for one long sequence and single-pass for a grid that fills the GPU."""
+    import flashdecode.api as api
+
+    calls = []
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 8)
+    for name in ("triton", "triton_splitk"):
+        real = api._BACKEND_FNS[name]
+        monkeypatch.setitem(api._BACKEND_FNS, name, lambda *a, _n=name, _r=real: (calls.append((_n, a[-1])), _r(*a)))
+    long_one = case([300], 4, 1, 64, 16, torch.float16, device)
+    many = case([20] * 8, 4, 1, 64, 16, torch.float16, device)
+    decode_attention(*long_one.args)
+    decode_attention(*many.args)
+    assert calls[0][0] == "triton_splitk" and calls[0][1] > 1
+    assert calls[1] == ("triton", 1)
+
+
+def test_auto_planner_reads_no_values():
+    """The split choice uses shapes only: it runs on meta tensors, which have no values to read."""
+    from flashdecode.api import _choose_backend
+
+    q = torch.empty(2, 8, 128, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(100, 16, 2, 128, device="meta", dtype=torch.bfloat16)
+    table = torch.empty(2, 50, device="meta", dtype=torch.int32)
+    name, splits = _choose_backend("auto", None, q, k, table)
+    assert name in ("triton", "triton_splitk", "torch_sdpa")
+
+
+def _published_combine(acc_unnormalised, m, l):
+    """The seed blog post's combine: partials stored as acc_s (unnormalised), weighted by l_s * exp(m_s - M)."""
+    big_m = m.max()
+    w = l * torch.exp(m - big_m)
+    return (w[:, None] * acc_unnormalised).sum(0) / w.sum()
+
+
+def _correct_combine(o_norm, lse):
+    w = torch.exp(lse - lse.max())
+    return (w[:, None] * o_norm).sum(0) / w.sum()
+
+
+def test_published_combine_is_wrong_and_ours_is_right():
+    """Derivation check in float64: exact softmax over 3 splits vs the two combines."""
+    gen = torch.Generator().manual_seed(0)
+    s = torch.randn(48, generator=gen, dtype=torch.float64) * 3
+    v = torch.randn(48, 8, generator=gen, dtype=torch.float64)
+    exact = torch.softmax(s, 0) @ v
+    acc, m, l, o, lse = [], [], [], [], []
+    for chunk in range(3):
+        sc, vc = s[16 * chunk : 16 * chunk + 16], v[16 * chunk : 16 * chunk + 16]
+        m_s = sc.max()
+        p = torch.exp(sc - m_s)
+        acc.append(p @ vc), m.append(m_s), l.append(p.sum())
+        o.append(acc[-1] / l[-1]), lse.append(m_s + torch.log(l[-1]))
+    acc, m, l, o, lse = map(torch.stack, (acc, m, l, o, lse))
+    ours = _correct_combine(o, lse)
+    assert (ours - exact).abs().max() < 1e-12
+    published = _published_combine(acc, m, l)
+    rel = (published - exact).norm() / exact.norm()
+    assert rel > 0.1, f"the published combine should be far off, got relative error {rel:.3g}"
+    assert not math.isclose(float(rel), 0.0)
