@@ -13,12 +13,13 @@ if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import flashdecode, torch
 fi
 if "$PY" -c "import torch, triton" 2>/dev/null; then
   echo "bootstrap: using the torch/triton already installed for $PY ($("$PY" -c 'import torch, triton; print(torch.__version__, triton.__version__)'))"
-  "$PY" -m venv --system-site-packages "$VENV"
-  if ! "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>/dev/null; then
-    # no setuptools able to build an editable install offline: put src/ on the path instead
-    site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-    echo "$PWD/src" > "$site/flashdecode-src.pth"
-  fi
+  # python3 may itself be a venv (--system-site-packages would reach the base interpreter, not it): link its
+  # site-packages and our src/ into the new venv with .pth files; nothing is downloaded or built
+  "$PY" -m venv --without-pip "$VENV"
+  site=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  "$PY" -c "import site, sys; print('\n'.join(site.getsitepackages() + [p for p in sys.path if p.endswith('site-packages')]))" \
+    | sort -u > "$site/_host_site_packages.pth"
+  echo "$PWD/src" > "$site/flashdecode-src.pth"
 else
   echo "bootstrap: installing the pinned CPU stack into $VENV"
   "$PY" -m venv "$VENV"

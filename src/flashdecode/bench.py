@@ -349,7 +349,8 @@ def provenance(device, read_bw, timing) -> dict:
     import triton
 
     info = {
-        "commit": _git("rev-parse", "HEAD"),
+        # a device machine gets a copy of the tree without .git: the caller passes the commit in
+        "commit": os.environ.get("FLASHDECODE_COMMIT") or _git("rev-parse", "HEAD"),
         "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
