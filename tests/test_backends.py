@@ -42,6 +42,9 @@ def test_backend_matches_reference(backend, dname, page, group, d, device):
     assert result.data_ptr() == out.data_ptr()
     assert result.dtype == dtype and result.shape == c.q.shape
     err, tol = max_err(out, ref_out), output_tolerance(c, ref_out, dtype)
+    if backend == "torch_sdpa":
+        # a baseline, not a kernel of ours: on a GPU, SDPA picks its own fused algorithm and summation order
+        tol *= 2
     assert err <= tol, f"{backend}: max |out - ref| = {err:.3g} > tolerance {tol:.3g}"
     if backend == "torch_naive":
         # its scores are rounded to the input dtype before the logsumexp: good to a dtype ulp at the LSE's scale

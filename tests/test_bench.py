@@ -8,11 +8,11 @@ from flashdecode.bench import PRESETS, Row, compare, parse_ints, run_rows
 from flashdecode.cli import main
 
 
-def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys):
+def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys, device):
     out = tmp_path / "bench"
-    assert main(["bench", "--preset", "tiny", "--out", str(out), "--no-progress", "--device", "cpu"]) == 0
+    assert main(["bench", "--preset", "tiny", "--out", str(out), "--no-progress", "--device", device]) == 0
     printed = capsys.readouterr().out
-    assert "these timings mean nothing" in printed
+    assert ("these timings mean nothing" in printed) == (device == "cpu")
     data = json.loads((out / "results.json").read_text())
     meta, results = data["meta"], data["results"]
     for key in ("commit", "torch", "triton", "timing", "timestamp", "gpu"):
@@ -30,15 +30,15 @@ def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys):
     assert (tmp_path / "again" / "us_vs_batch.png").exists()
 
 
-def test_gate_rejects_a_broken_backend():
+def test_gate_rejects_a_broken_backend(device):
     rows = [Row([20, 50], 4, 2, head_dim=64, dtype="fp32")]
-    results = run_rows(rows, ["triton", "torch_sdpa"], "cpu", progress=False, sabotage={"triton": lambda out: out * 1.001})
+    results = run_rows(rows, ["triton", "torch_sdpa"], device, progress=False, sabotage={"triton": lambda out: out * 1.001})
     by = {r["backend"]: r for r in results}
     assert by["triton"]["status"] == "wrong" and "eager_us" not in by["triton"]
     assert by["torch_sdpa"]["status"] == "ok"
 
 
-def test_missing_peer_is_skipped_not_an_error():
+def test_missing_peer_is_skipped_not_an_error(device):
     pytest.importorskip("torch")
     try:
         import flashinfer  # noqa: F401
@@ -46,7 +46,7 @@ def test_missing_peer_is_skipped_not_an_error():
         pytest.skip("flashinfer is installed here")
     except ImportError:
         pass
-    results = run_rows([Row([8], 4, 2, head_dim=64)], ["flashinfer"], "cpu", progress=False)
+    results = run_rows([Row([8], 4, 2, head_dim=64)], ["flashinfer"], device, progress=False)
     assert results[0]["status"] == "skipped" and "not importable" in results[0]["reason"]
 
 

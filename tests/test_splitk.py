@@ -35,7 +35,7 @@ def test_partials_match_mirror(device):
     out = torch.empty_like(c.q)
     lse = torch.empty(c.q.shape[:2], device=device)
     _, _, o_part, lse_part = decode_splitk(
-        *c.args, 0.125, out, lse, num_splits=num_splits, block_n=block_n, return_partials=True
+        *c.args, 0.125, out, lse, num_splits=num_splits, config={"BLOCK_N": block_n}, return_partials=True
     )
     ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, num_splits, block_n)
     assert torch.equal(torch.isneginf(lse_part.cpu()), torch.isneginf(ref_lse))

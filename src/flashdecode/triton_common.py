@@ -69,16 +69,19 @@ def attend_range(
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_F32: tl.constexpr,
+    USE_DOT: tl.constexpr,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
     q: [BLOCK_H, BLOCK_D] query tile. m_i, l_i: [BLOCK_H] fp32. acc: [BLOCK_H, BLOCK_D] fp32.
     K, V: cache pointers already offset to this KV head. BLOCK_ROW: this sequence's block-table row, stride_btp apart.
+    USE_DOT: products on the tensor cores (tl.dot, BLOCK_H >= 16); otherwise broadcast-multiply and reduce on the
+    CUDA cores, which wastes nothing on padding rows when the group is small (MHA: one head per KV head).
     Every tile holds at least one valid token (start < end), so m_i is finite after the first tile and the
     rescale factor exp2(m_i - m_new) is never exp2(-inf + inf).
     """
     mask_d = offs_d < HEAD_DIM
-    if DOT_F32:
+    if DOT_F32 and USE_DOT:
         q = q.to(tl.float32)
     for tile_start in range(start, end, BLOCK_N):
         offs_n = tile_start + tl.arange(0, BLOCK_N)
@@ -90,7 +93,10 @@ def attend_range(
         # [BLOCK_N, BLOCK_D]
         k = tl.load(K + page[:, None] * stride_kp + row[:, None] * stride_kt + offs_d[None, :], mask=mask_kv, other=0.0)
         v = tl.load(V + page[:, None] * stride_vp + row[:, None] * stride_vt + offs_d[None, :], mask=mask_kv, other=0.0)
-        if DOT_F32:
+        if not USE_DOT:
+            # [BLOCK_H, 1, BLOCK_D] * [1, BLOCK_N, BLOCK_D] summed over D, in fp32
+            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+        elif DOT_F32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
@@ -102,7 +108,9 @@ def attend_range(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        if DOT_F32:
+        if not USE_DOT:
+            acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+        elif DOT_F32:
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)

@@ -17,6 +17,9 @@ from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, load_q_gr
 
 __all__ = ["decode_single", "launch_config"]
 
+# below this many query heads per KV head, padding the group to tl.dot's 16 rows wastes more than it buys
+DOT_MIN_GROUP = 4
+
 
 @triton.jit
 def _decode_single_kernel(
@@ -48,6 +51,7 @@ def _decode_single_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     DOT_F32: tl.constexpr,
+    USE_DOT: tl.constexpr,
     WRITE_LSE: tl.constexpr,
 ):
     kv_head = tl.program_id(0)
@@ -68,7 +72,7 @@ def _decode_single_kernel(
         BLOCK_TABLE + seq * stride_btb, stride_btp,
         0, seqlen, qk_scale,
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d,
-        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32,
+        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT,
     )  # fmt: skip
     out, lse = finalize(m_i, l_i, acc)
 
@@ -82,38 +86,39 @@ def _decode_single_kernel(
 
 
 def launch_config(head_dim: int, group: int, dtype: torch.dtype) -> dict:
-    """Tile sizes and warps for one (head_dim, group, dtype).
+    """Tile sizes, warps and stages for one (head_dim, group, dtype): one small table, no per-call autotuning.
 
-    BLOCK_H: the query heads of a group padded to 16, the smallest tile height ``tl.dot`` accepts.
+    USE_DOT: tensor-core products once the group fills a fair part of the 16-row minimum tile of ``tl.dot``
+    (group >= DOT_MIN_GROUP); smaller groups (MHA) multiply and reduce on the CUDA cores with BLOCK_H = group.
     BLOCK_D: head_dim padded to a power of two (masked). BLOCK_N: tokens per tile; 64 keeps a K and a V tile of
-    [64, 128] bf16 (32 KB) per stage in shared memory, halved for head_dim 256.
+    [64, 128] bf16 (32 KB) per pipeline stage in shared memory, halved for head_dim 256.
     """
     block_d = max(16, triton.next_power_of_2(head_dim))
+    use_dot = group >= DOT_MIN_GROUP
     return dict(
-        BLOCK_H=max(16, triton.next_power_of_2(group)),
+        BLOCK_H=max(16, triton.next_power_of_2(group)) if use_dot else triton.next_power_of_2(group),
         BLOCK_D=block_d,
         BLOCK_N=64 if block_d <= 128 else 32,
+        USE_DOT=use_dot,
         num_warps=4,
         num_stages=2,
     )
 
 
-def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, block_n=None):
+def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None):
     """Launch the single-pass kernel.
 
     Args:
         q: [B, Hq, D] (last dim contiguous). k_cache, v_cache: [num_pages, page_size, Hkv, D].
         cache_seqlens: [B] int32. block_table: [B, max_pages] int32.
         softmax_scale: float. out: [B, Hq, D] written in place. lse: None or contiguous [B, Hq] fp32.
-        block_n: override the tokens per tile (tests use it to force many tiles).
+        config: overrides of ``launch_config`` entries (tests force small tiles, sweeps try others).
     """
     batch, num_q_heads, head_dim = q.shape
     num_pages, page_size, num_kv_heads, _ = k_cache.shape
     group = num_q_heads // num_kv_heads
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = launch_config(head_dim, group, q.dtype)
-    if block_n is not None:
-        cfg["BLOCK_N"] = block_n
+    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
     _decode_single_kernel[(num_kv_heads, batch)](
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
         softmax_scale * LOG2E,

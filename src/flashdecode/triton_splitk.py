@@ -29,6 +29,8 @@ __all__ = ["decode_splitk", "plan_num_splits", "split_bounds", "splitk_partials_
 
 # splits beyond this add combine work and partial-buffer traffic for no extra parallelism on any current GPU
 MAX_SPLITS = 256
+# resident programs per SM that the split planner aims for (measured: docs/design.md)
+PROGRAMS_PER_SM = 2
 # the combine kernel reads the splits' LSEs in chunks of this many
 COMBINE_BLOCK_S = 16
 
@@ -62,6 +64,7 @@ def _partial_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     DOT_F32: tl.constexpr,
+    USE_DOT: tl.constexpr,
 ):
     split = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -88,7 +91,7 @@ def _partial_kernel(
         BLOCK_TABLE + seq * stride_btb, stride_btp,
         start, end, qk_scale,
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d,
-        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32,
+        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT,
     )  # fmt: skip
     out, lse = finalize(m_i, l_i, acc)
 
@@ -146,19 +149,23 @@ def _combine_kernel(
         tl.store(LSE + row, tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i))))
 
 
-def plan_num_splits(batch: int, num_kv_heads: int, max_tokens: int, block_n: int, num_sms: int) -> int:
-    """How many splits per sequence so that the partial grid fills the GPU.
+def plan_num_splits(
+    batch: int, num_kv_heads: int, max_tokens: int, block_n: int, num_sms: int, programs_per_sm: int = None
+) -> int:
+    """How many splits per sequence so that the partial grid keeps the GPU's memory system busy.
 
-    The single-pass grid has B * Hkv programs. When that is at least the SM count the GPU is full: 1 split.
-    Otherwise split each sequence so that there are about two programs per SM, but never into more pieces than
-    the longest possible sequence has tiles (max_tokens = block-table width * page_size: known on the host
-    without reading the lengths, so the choice needs no device sync).
+    The single-pass grid has B * Hkv programs. A streaming program keeps only a few tiles in flight, so an SM needs
+    several resident programs to approach peak bandwidth: aim for ``programs_per_sm`` programs per SM. When
+    B * Hkv reaches that, no split; otherwise split each sequence, but never into more pieces than the longest
+    possible sequence has tiles (max_tokens = block-table width * page_size: known on the host without reading
+    the lengths, so the choice needs no device sync).
     """
+    target = (PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm) * num_sms
     programs = batch * num_kv_heads
-    if programs >= num_sms:
+    if programs >= target:
         return 1
     max_tiles = max(1, triton.cdiv(max_tokens, block_n))
-    return max(1, min(triton.cdiv(2 * num_sms, programs), max_tiles, MAX_SPLITS))
+    return max(1, min(triton.cdiv(target, programs), max_tiles, MAX_SPLITS))
 
 
 def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, int]]:
@@ -172,12 +179,13 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, 
 
 
 def decode_splitk(
-    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=2, block_n=None,
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=2, config=None,
     return_partials=False,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
-    Args: as ``triton_single.decode_single``, plus num_splits (>= 1) and return_partials (tests: also return the
+    Args: as ``triton_single.decode_single`` (config overrides ``launch_config``), plus num_splits (>= 1) and
+    return_partials (tests: also return the
     fp32 partial outputs [B, Hq, S, BLOCK_D] and LSEs [B, Hq, S]).
     """
     batch, num_q_heads, head_dim = q.shape
@@ -185,9 +193,7 @@ def decode_splitk(
     group = num_q_heads // num_kv_heads
     assert num_splits >= 1, f"num_splits must be >= 1, got {num_splits}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = launch_config(head_dim, group, q.dtype)
-    if block_n is not None:
-        cfg["BLOCK_N"] = block_n
+    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
     o_part = torch.empty(batch, num_q_heads, num_splits, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
     lse_part = torch.empty(batch, num_q_heads, num_splits, dtype=torch.float32, device=q.device)
     _partial_kernel[(num_splits, num_kv_heads, batch)](
