@@ -8,10 +8,12 @@ from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, rag
 
 from flashdecode import decode_attention
 from flashdecode.triton_splitk import (
+    chunk_plan,
     decode_splitk,
     plan_num_splits,
     split_bounds,
     splitk_partials_mirror,
+    target_chunks,
 )
 
 
@@ -28,8 +30,8 @@ def test_split_count_invariance(num_splits, device):
     assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
-def test_partials_match_mirror(device):
-    """The partial kernel's per-split (o_s, lse_s) equal the float64 mirror's, empty splits (0, -inf) included."""
+def test_partials_match_mirror_fixed_splits(device):
+    """Fixed mode: every split's (o_s, lse_s) equals the float64 mirror's, empty splits (0, -inf) included."""
     c = case([0, 5, 40, 100], 12, 4, 64, 12, torch.float32, device, seed=12)
     num_splits, block_n = 4, 16
     out = torch.empty_like(c.q)
@@ -37,11 +39,46 @@ def test_partials_match_mirror(device):
     _, _, o_part, lse_part = decode_splitk(
         *c.args, 0.125, out, lse, num_splits=num_splits, config={"BLOCK_N": block_n}, return_partials=True
     )
-    ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, num_splits, block_n)
-    assert torch.equal(torch.isneginf(lse_part.cpu()), torch.isneginf(ref_lse))
+    chunks = [(b, *bounds) for b, n in enumerate([0, 5, 40, 100]) for bounds in split_bounds(n, num_splits, block_n)]
+    ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
     assert torch.isneginf(ref_lse).any(), "the case must contain empty splits"
     assert lse_err(lse_part, ref_lse) <= 1e-5
     assert max_err(o_part[..., :64], ref_o) <= 1e-5
+
+
+def test_partials_match_mirror_planned(device):
+    """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
+    single-chunk sequences go straight to the output."""
+    lens = [3, 700, 20, 0, 64]
+    c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=13)
+    out = torch.full_like(c.q, float("nan"))
+    lse = torch.empty(c.q.shape[:2], device=device)
+    num_sms, block_n = 8, 32
+    _, _, o_part, lse_part = decode_splitk(
+        *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
+    )
+    chunks = chunk_plan(lens, target_chunks(2, num_sms), block_n)
+    per_seq = [sum(1 for b, _, _ in chunks if b == s) for s in range(len(lens))]
+    assert per_seq[1] > 1 and per_seq[0] == 1 and per_seq[3] == 0
+    ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
+    # the grid has target + B chunk slots; the plan fills the first len(chunks)
+    multi = torch.tensor([per_seq[b] > 1 for b, _, _ in chunks])
+    o_part, lse_part = o_part[: len(chunks)], lse_part[: len(chunks)]
+    assert lse_err(lse_part[multi], ref_lse[multi]) <= 1e-5
+    assert max_err(o_part[multi][..., :64], ref_o[multi]) <= 1e-5
+    ref_out, ref_lse_all = reference_of(c, softmax_scale=0.125)
+    assert max_err(out, ref_out) <= 1e-5 and lse_err(lse, ref_lse_all) <= 1e-5
+
+
+def test_chunk_plan_covers_every_token_within_the_grid():
+    for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33]):
+        for target in (1, 8, 66, 264):
+            plan = chunk_plan(lens, target, 64)
+            assert len(plan) <= target + len(lens)
+            for b, n in enumerate(lens):
+                covered = [t for s, start, end in plan if s == b for t in range(start, end)]
+                assert covered == list(range(n))
+            assert all(start % 64 == 0 and end > start for _, start, end in plan)
 
 
 def test_split_bounds_cover_sequence_on_tile_edges():
@@ -63,8 +100,8 @@ def test_plan_num_splits():
     assert plan_num_splits(batch=1, num_kv_heads=4, max_tokens=128, block_n=64, num_sms=132) == 2
 
 
-def test_auto_picks_split_for_small_grids(device, monkeypatch):
-    """auto runs split-K for one long sequence and single-pass for a grid that fills the GPU."""
+def test_auto_picks_planned_split_unless_sequences_are_short(device, monkeypatch):
+    """auto plans split-K for long sequences, and runs single-pass when no sequence can exceed 256 tokens."""
     import flashdecode.api as api
 
     calls = []
@@ -76,7 +113,7 @@ def test_auto_picks_split_for_small_grids(device, monkeypatch):
     many = case([20] * 8, 4, 1, 64, 16, torch.float16, device)
     decode_attention(*long_one.args)
     decode_attention(*many.args)
-    assert calls[0][0] == "triton_splitk" and calls[0][1] > 1
+    assert calls[0] == ("triton_splitk", None)
     assert calls[1] == ("triton", 1)
 
 

@@ -1,9 +1,9 @@
 """decode_attention(): validate once, pick a backend, dispatch.
 
-The "auto" rule (documented in docs/design.md): on a GPU, or on CPU tensors under TRITON_INTERPRET=1, run the
-Triton kernels; split each sequence (``triton_splitk``) only when the single-pass grid of B * Hkv programs cannot
-fill the GPU, using ``triton_splitk.plan_num_splits``, which looks at shapes only, so no host sync. On CPU
-tensors without the interpreter, run ``torch_sdpa``.
+The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, ``torch_sdpa``. Otherwise the Triton
+kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1); else sequences that can hold at most
+SINGLE_PASS_MAX_TOKENS tokens, or batches too large to plan, run single-pass, and everything else runs
+``triton_splitk`` planned on the device from the lengths. The choice reads shapes only: no host sync.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from . import reference, torch_baselines
 
 __all__ = ["decode_attention", "BACKENDS"]
 
+# sequences that can hold at most this many tokens (table width x page size) run single-pass: a split would add a
+# combine launch to a call that takes a few microseconds (measured: docs/design.md)
+SINGLE_PASS_MAX_TOKENS = 256
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -101,12 +104,12 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table):
     common, single, splitk = _kernels()
     if not (q.is_cuda or common.interpreting()):
         return "torch_sdpa", None
-    if num_splits is None:
-        num_kv_heads, page_size = k_cache.shape[2], k_cache.shape[1]
-        block_n = single.launch_config(q.shape[-1], q.shape[1] // num_kv_heads, q.dtype)["BLOCK_N"]
-        max_tokens = block_table.shape[1] * page_size
-        num_splits = splitk.plan_num_splits(q.shape[0], num_kv_heads, max_tokens, block_n, _num_sms(q.device))
-    return ("triton" if num_splits == 1 else "triton_splitk"), num_splits
+    if num_splits is not None:
+        return ("triton" if num_splits == 1 else "triton_splitk"), num_splits
+    max_tokens = block_table.shape[1] * k_cache.shape[1]
+    if max_tokens <= SINGLE_PASS_MAX_TOKENS or q.shape[0] > splitk.MAX_PLANNED_BATCH:
+        return "triton", 1
+    return "triton_splitk", None
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,9 +142,13 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
 
 
 def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
-    if num_splits is None:
-        _, num_splits = _choose_backend("auto", None, q, k_cache, block_table)
-    _kernels()[2].decode_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits=num_splits)
+    splitk = _kernels()[2]
+    if num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH:
+        num_splits = 1
+    splitk.decode_splitk(
+        q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
+        num_splits=num_splits, num_sms=_num_sms(q.device),
+    )  # fmt: skip
 
 
 _BACKEND_FNS = {

@@ -17,8 +17,9 @@ from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, load_q_gr
 
 __all__ = ["decode_single", "launch_config"]
 
-# below this many query heads per KV head, padding the group to tl.dot's 16 rows wastes more than it buys
-DOT_MIN_GROUP = 4
+# below this many query heads per KV head, products run on the CUDA cores instead of tl.dot. Measured on the H200
+# (scripts/sweep.py): tl.dot won even for MHA (group 1, padded to 16 rows), so every group uses it
+DOT_MIN_GROUP = 1
 
 
 @triton.jit

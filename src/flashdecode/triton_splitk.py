@@ -1,17 +1,29 @@
-"""Split-K paged decode attention (flash-decoding): partial kernel + LSE combine kernel.
+"""Split-K paged decode attention (flash-decoding): partial kernel + LSE combine kernel, planned on the device.
 
-Each sequence's tokens are cut into NUM_SPLITS contiguous ranges on BLOCK_N-tile edges. The partial kernel, one
-program per (split, KV head, sequence), runs the online softmax over its range for the whole GQA group and writes
-the normalised partial output o_s = acc_s / l_s [fp32] and its natural-log LSE lse_s = m_s + log(l_s); an empty
-range writes (0, -inf). The combine kernel, one program per (query head, sequence), merges the splits:
+The work is cut into *chunks*: contiguous token ranges of one sequence, on BLOCK_N-tile edges. The partial kernel,
+one program per (chunk, KV head), runs the online softmax over its chunk for the whole GQA group and writes the
+normalised partial output o_c = acc_c / l_c (fp32) and its natural-log LSE lse_c = m_c + log(l_c). The combine
+kernel, one program per (query head, sequence), merges the sequence's chunks:
 
-    LSE = log(sum_s exp(lse_s)),    out = sum_s exp(lse_s - LSE) * o_s
+    LSE = log(sum_c exp(lse_c)),    out = sum_c exp(lse_c - LSE) * o_c
 
-Each partial is weighted exactly once by its softmax mass exp(lse_s) = l_s * exp(m_s). (The combine published with
-the source blog post stores acc_s unnormalised and multiplies by l_s again, weighting each split by l_s twice.)
+Each partial is weighted exactly once by its softmax mass exp(lse_c) = l_c * exp(m_c). (The combine published with
+the source blog post stores acc_c unnormalised and multiplies by l_c again, weighting each chunk by l_c twice.)
 
-Bytes: the valid K/V once, plus 2 * B * Hq * NUM_SPLITS * (D + 1) * 4 for the fp32 partials (written, then read).
-Grids: partial (NUM_SPLITS, Hkv, B); combine (Hq, B).
+Two ways to cut, one kernel:
+
+* planned (``num_splits=None``): every program reads all B lengths and derives the same plan: a global chunk
+  size C = max(BLOCK_N, ceil(total_tokens / TARGET) rounded up to BLOCK_N), sequence b gets ceil(L_b / C) chunks,
+  numbered consecutively (an exclusive prefix sum). A long sequence in a batch of short ones gets many chunks,
+  the short ones one each. The grid is (TARGET + B, Hkv), enough for any lengths, since
+  sum_b ceil(L_b / C) <= total / C + B <= TARGET + B: sized from B and the SM count, never from the cache's
+  capacity, read by no host code, so one CUDA graph serves every length. A sequence that gets a single chunk is
+  written straight to the output by its partial program; the combine skips it.
+* fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
+  (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
+
+Bytes: the valid K/V once, plus 2 * chunks * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences.
+Grids: partial (chunks, Hkv); combine (Hq, B).
 """
 
 from __future__ import annotations
@@ -25,14 +37,28 @@ import triton.language as tl
 from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, load_q_group
 from .triton_single import launch_config
 
-__all__ = ["decode_splitk", "plan_num_splits", "split_bounds", "splitk_partials_mirror"]
+__all__ = ["decode_splitk", "plan_num_splits", "target_chunks", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
 
-# splits beyond this add combine work and partial-buffer traffic for no extra parallelism on any current GPU
+# forced splits beyond this add combine work and partial traffic for no extra parallelism on any current GPU
 MAX_SPLITS = 256
-# resident programs per SM that the split planner aims for (measured: docs/design.md)
+# resident programs per SM that the planner aims for (measured: docs/design.md)
 PROGRAMS_PER_SM = 2
-# the combine kernel reads the splits' LSEs in chunks of this many
+# the planned mode keeps every length in registers: above this batch the single-pass grid is full anyway
+MAX_PLANNED_BATCH = 4096
+# the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 16
+
+
+@triton.jit
+def _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The planned mode's cut, identical in every program: (chunk size C, chunks per sequence n [BLOCK_B],
+    inclusive prefix sum of n [BLOCK_B], offs_b)."""
+    offs_b = tl.arange(0, BLOCK_B)
+    lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    total = tl.sum(lens, axis=0)
+    chunk = tl.maximum(tl.cdiv(tl.cdiv(total, target), BLOCK_N) * BLOCK_N, BLOCK_N)
+    n = tl.cdiv(lens, chunk)
+    return chunk, n, tl.cumsum(n, axis=0), offs_b
 
 
 @triton.jit
@@ -44,7 +70,11 @@ def _partial_kernel(
     BLOCK_TABLE,
     O_PART,
     LSE_PART,
+    OUT,
+    LSE,
     qk_scale,
+    batch,
+    target,
     stride_qb,
     stride_qh,
     stride_kp,
@@ -56,30 +86,49 @@ def _partial_kernel(
     stride_sl,
     stride_btb,
     stride_btp,
+    stride_ob,
+    stride_oh,
     NUM_SPLITS: tl.constexpr,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
+    BLOCK_B: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     DOT_F32: tl.constexpr,
     USE_DOT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
-    split = tl.program_id(0)
+    chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1)
-    seq = tl.program_id(2).to(tl.int64)
     num_q_heads = GROUP * tl.num_programs(1)
+
+    if NUM_SPLITS > 0:
+        # fixed: split s of sequence b, boundaries from the sequence's own length (see split_bounds)
+        seq = chunk_id // NUM_SPLITS
+        seqlen = tl.load(SEQLENS + seq * stride_sl)
+        tiles_per_split = tl.cdiv(tl.cdiv(seqlen, BLOCK_N), NUM_SPLITS)
+        start = (chunk_id % NUM_SPLITS) * tiles_per_split * BLOCK_N
+        end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
+        single = False
+    else:
+        # planned: the sequence owning this chunk is the first whose inclusive chunk count exceeds chunk_id
+        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N)
+        seq = tl.sum((incl <= chunk_id).to(tl.int32), axis=0)
+        if seq >= batch:
+            return
+        pick = offs_b == seq
+        first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
+        single = tl.sum(tl.where(pick, n, 0), axis=0) == 1
+        seqlen = tl.load(SEQLENS + seq * stride_sl)
+        start = (chunk_id - first) * chunk
+        end = tl.minimum(start + chunk, seqlen)
+    seq = seq.to(tl.int64)
+
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     head0 = kv_head * GROUP
-
-    # split boundaries on tile edges, from this sequence's own length: see split_bounds()
-    seqlen = tl.load(SEQLENS + seq * stride_sl)
-    tiles_per_split = tl.cdiv(tl.cdiv(seqlen, BLOCK_N), NUM_SPLITS)
-    start = split * tiles_per_split * BLOCK_N
-    end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
-
     q = load_q_group(Q + seq * stride_qb, stride_qh, head0, offs_h, offs_d, GROUP, HEAD_DIM)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -95,11 +144,19 @@ def _partial_kernel(
     )  # fmt: skip
     out, lse = finalize(m_i, l_i, acc)
 
-    # partials are contiguous [B, Hq, NUM_SPLITS, BLOCK_D] and [B, Hq, NUM_SPLITS]
     mask_h = offs_h < GROUP
-    rows = (seq * num_q_heads + head0 + offs_h) * NUM_SPLITS + split
-    tl.store(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], out, mask=mask_h[:, None])
-    tl.store(LSE_PART + rows, lse, mask=mask_h)
+    heads = (head0 + offs_h).to(tl.int64)
+    if single:
+        # the whole sequence in one chunk: this is the answer, no combine needed
+        out_ptrs = OUT + seq * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & (offs_d[None, :] < HEAD_DIM))
+        if WRITE_LSE:
+            tl.store(LSE + seq * num_q_heads + heads, lse, mask=mask_h)
+    else:
+        # partials are contiguous [chunks, Hq, BLOCK_D] and [chunks, Hq]
+        rows = chunk_id.to(tl.int64) * num_q_heads + heads
+        tl.store(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], out, mask=mask_h[:, None])
+        tl.store(LSE_PART + rows, lse, mask=mask_h)
 
 
 @triton.jit
@@ -108,60 +165,84 @@ def _combine_kernel(
     LSE_PART,
     OUT,
     LSE,
+    SEQLENS,
+    batch,
+    target,
+    stride_sl,
     stride_ob,
     stride_oh,
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr,
 ):
     head = tl.program_id(0)
-    seq = tl.program_id(1).to(tl.int64)
-    row = seq * tl.num_programs(0) + head
+    seq = tl.program_id(1)
+    num_q_heads = tl.num_programs(0)
+    if NUM_SPLITS > 0:
+        first = seq * NUM_SPLITS
+        count = NUM_SPLITS
+    else:
+        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N)
+        pick = offs_b == seq
+        count = tl.sum(tl.where(pick, n, 0), axis=0)
+        first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
+        if count == 1:
+            # written by its partial program
+            return
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
 
-    # the online softmax again, over the splits' LSEs (natural log): running max, sum and weighted output
+    # the online softmax again, over the chunks' LSEs (natural log): running max, sum and weighted output
     m_i = tl.max(tl.full([BLOCK_S], float("-inf"), tl.float32), axis=0)
     l_i = tl.sum(tl.zeros([BLOCK_S], tl.float32), axis=0)
     acc = tl.zeros([BLOCK_D], tl.float32)
-    for s0 in range(0, NUM_SPLITS, BLOCK_S):
-        mask_s = s0 + offs_s < NUM_SPLITS
-        # [BLOCK_S]; empty splits hold -inf
-        lse_s = tl.load(LSE_PART + row * NUM_SPLITS + s0 + offs_s, mask=mask_s, other=float("-inf"))
+    for s0 in range(0, count, BLOCK_S):
+        mask_s = s0 + offs_s < count
+        rows = (first + s0 + offs_s).to(tl.int64) * num_q_heads + head
+        # [BLOCK_S]; empty chunks hold -inf
+        lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
         m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
-        # while every split so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
+        # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_ref)
         w = tl.exp(lse_s - m_ref)
         # [BLOCK_S, BLOCK_D]
-        o = tl.load(O_PART + (row * NUM_SPLITS + s0 + offs_s)[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
+        o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
         acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
         l_i = l_i * alpha + tl.sum(w, axis=0)
         m_i = m_new
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)
+    seq = seq.to(tl.int64)
     out_ptrs = OUT + seq * stride_ob + head.to(tl.int64) * stride_oh + offs_d
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
     if WRITE_LSE:
-        tl.store(LSE + row, tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i))))
+        lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
+        tl.store(LSE + seq * num_q_heads + head, lse)
+
+
+def target_chunks(num_kv_heads: int, num_sms: int, programs_per_sm: int = None) -> int:
+    """Chunks the planned mode aims for, so that chunks x Hkv programs keep every SM busy.
+
+    A streaming program keeps only a few tiles in flight, so an SM needs several resident programs to approach
+    peak bandwidth: ``programs_per_sm`` of them (measured, docs/design.md).
+    """
+    per_sm = PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
+    return max(1, triton.cdiv(per_sm * num_sms, num_kv_heads))
 
 
 def plan_num_splits(
     batch: int, num_kv_heads: int, max_tokens: int, block_n: int, num_sms: int, programs_per_sm: int = None
 ) -> int:
-    """How many splits per sequence so that the partial grid keeps the GPU's memory system busy.
-
-    The single-pass grid has B * Hkv programs. A streaming program keeps only a few tiles in flight, so an SM needs
-    several resident programs to approach peak bandwidth: aim for ``programs_per_sm`` programs per SM. When
-    B * Hkv reaches that, no split; otherwise split each sequence, but never into more pieces than the longest
-    possible sequence has tiles (max_tokens = block-table width * page_size: known on the host without reading
-    the lengths, so the choice needs no device sync).
-    """
-    target = (PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm) * num_sms
+    """A uniform split count for ``num_splits`` (the fixed mode): about ``programs_per_sm`` programs per SM,
+    never more pieces than the longest possible sequence (max_tokens = table width * page size) has tiles."""
     programs = batch * num_kv_heads
+    target = (PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm) * num_sms
     if programs >= target:
         return 1
     max_tiles = max(1, triton.cdiv(max_tokens, block_n))
@@ -169,7 +250,7 @@ def plan_num_splits(
 
 
 def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, int]]:
-    """[start, end) of each split of one sequence, exactly as the partial kernel computes them."""
+    """Fixed mode: [start, end) of each split of one sequence, exactly as the partial kernel computes them."""
     tiles_per_split = triton.cdiv(triton.cdiv(seqlen, block_n), num_splits)
     bounds = []
     for split in range(num_splits):
@@ -178,40 +259,61 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, 
     return bounds
 
 
+def chunk_plan(seqlens: list[int], target: int, block_n: int) -> list[tuple[int, int, int]]:
+    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as the kernels compute them."""
+    total = sum(seqlens)
+    chunk = max(triton.cdiv(triton.cdiv(total, target), block_n) * block_n, block_n)
+    return [(b, s, min(s + chunk, n)) for b, n in enumerate(seqlens) for s in range(0, n, chunk)]
+
+
 def decode_splitk(
-    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=2, config=None,
-    return_partials=False,
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
+    config=None, return_partials=False,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
-    Args: as ``triton_single.decode_single`` (config overrides ``launch_config``), plus num_splits (>= 1) and
-    return_partials (tests: also return the
-    fp32 partial outputs [B, Hq, S, BLOCK_D] and LSEs [B, Hq, S]).
+    Args: as ``triton_single.decode_single`` (config overrides ``launch_config``), plus
+        num_splits: None for the planned mode, or S >= 1 for S splits per sequence (fixed mode).
+        num_sms: SMs to plan for (planned mode); defaults to the device's.
+        return_partials: also return the fp32 partial outputs [chunks, Hq, BLOCK_D] and LSEs [chunks, Hq]
+            (tests; in the planned mode, single-chunk sequences go straight to ``out`` and leave their rows unset).
     """
     batch, num_q_heads, head_dim = q.shape
-    num_pages, page_size, num_kv_heads, _ = k_cache.shape
+    num_kv_heads, page_size = k_cache.shape[2], k_cache.shape[1]
     group = num_q_heads // num_kv_heads
-    assert num_splits >= 1, f"num_splits must be >= 1, got {num_splits}"
+    assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
+    assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
-    o_part = torch.empty(batch, num_q_heads, num_splits, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(batch, num_q_heads, num_splits, dtype=torch.float32, device=q.device)
-    _partial_kernel[(num_splits, num_kv_heads, batch)](
-        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part,
-        softmax_scale * LOG2E,
+    if num_splits is None:
+        if num_sms is None:
+            num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+        target = target_chunks(num_kv_heads, num_sms)
+        chunks, fixed = target + batch, 0
+    else:
+        target, chunks, fixed = 1, batch * num_splits, num_splits
+    o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
+    lse_arg = lse if lse is not None else lse_part
+    block_b = triton.next_power_of_2(batch)
+    _partial_kernel[(chunks, num_kv_heads)](
+        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse_arg,
+        softmax_scale * LOG2E, batch, target,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
-        NUM_SPLITS=num_splits, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        DOT_F32=dot_in_fp32(q.dtype),
+        out.stride(0), out.stride(1),
+        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_B=block_b,
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
         **cfg,
     )  # fmt: skip
     _combine_kernel[(num_q_heads, batch)](
-        o_part, lse_part, out, lse if lse is not None else lse_part,
-        out.stride(0), out.stride(1),
-        NUM_SPLITS=num_splits, HEAD_DIM=head_dim,
-        BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(num_splits)), BLOCK_D=cfg["BLOCK_D"],
+        o_part, lse_part, out, lse_arg, cache_seqlens, batch, target,
+        cache_seqlens.stride(0), out.stride(0), out.stride(1),
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim, BLOCK_B=block_b, BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 else COMBINE_BLOCK_S,
+        BLOCK_D=cfg["BLOCK_D"],
         WRITE_LSE=lse is not None,
     )  # fmt: skip
     if return_partials:
@@ -219,29 +321,27 @@ def decode_splitk(
     return out, lse
 
 
-def splitk_partials_mirror(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, num_splits, block_n):
-    """PyTorch float64 mirror of the partial kernel: the same split boundaries, each split's (o_s, lse_s).
+def splitk_partials_mirror(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, chunks):
+    """PyTorch float64 mirror of the partial kernel: each chunk's (o_c, lse_c) for the given
+    [(sequence, start, end), ...] (from ``chunk_plan`` or ``split_bounds``).
 
-    Returns o_part [B, Hq, S, D] and lse_part [B, Hq, S] float64 on the CPU; empty splits are (0, -inf).
+    Returns o_part [chunks, Hq, D] and lse_part [chunks, Hq] float64 on the CPU; empty chunks are (0, -inf).
     """
     from .reference import reference_dense
 
-    batch, num_q_heads, head_dim = q.shape
+    num_q_heads, head_dim = q.shape[1], q.shape[2]
     page_size = k_cache.shape[1]
-    o_part = torch.zeros(batch, num_q_heads, num_splits, head_dim, dtype=torch.float64)
-    lse_part = torch.full((batch, num_q_heads, num_splits), -math.inf, dtype=torch.float64)
+    o_part = torch.zeros(len(chunks), num_q_heads, head_dim, dtype=torch.float64)
+    lse_part = torch.full((len(chunks), num_q_heads), -math.inf, dtype=torch.float64)
     table = block_table.cpu().long()
-    # each split's tokens as a sequence of its own, over a view of the cache as pages of one token
+    # each chunk's tokens as a sequence of its own, over a view of the cache as pages of one token
     flat_k = k_cache.reshape(-1, 1, *k_cache.shape[2:])
     flat_v = v_cache.reshape(-1, 1, *v_cache.shape[2:])
-    for b, seqlen in enumerate(cache_seqlens.cpu().tolist()):
-        for s, (start, end) in enumerate(split_bounds(seqlen, num_splits, block_n)):
-            if start == end:
-                continue
-            tokens = torch.arange(start, end)
-            pages = table[b, tokens // page_size] * page_size + tokens % page_size
-            o, lse = reference_dense(
-                q[b : b + 1], flat_k, flat_v, torch.tensor([end - start]), pages[None], softmax_scale
-            )
-            o_part[b, :, s], lse_part[b, :, s] = o[0], lse[0]
+    for c, (b, start, end) in enumerate(chunks):
+        if start == end:
+            continue
+        tokens = torch.arange(start, end)
+        pages = table[b, tokens // page_size] * page_size + tokens % page_size
+        o, lse = reference_dense(q[b : b + 1], flat_k, flat_v, torch.tensor([end - start]), pages[None], softmax_scale)
+        o_part[c], lse_part[c] = o[0], lse[0]
     return o_part, lse_part
