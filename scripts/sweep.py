@@ -20,10 +20,12 @@ from flashdecode.triton_single import decode_single
 ROWS = [
     Row([1024] * 64, 12, 12), Row([4096] * 16, 12, 12), Row([65536], 12, 12), Row([65536], 12, 2),
     Row([1024] * 64, 12, 2), Row([131072], 32, 32), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
-    Row([4096] * 64, 32, 8), Row([256] * 256, 12, 12), Row([131072] + [1024] * 63, 32, 8),
+    Row([4096] * 64, 32, 8), Row([256] * 256, 12, 12), Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
+    Row([128], 28, 4), Row([128] * 8, 28, 4),
 ]
-TILES = [(64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (128, 4, 3)]
-PPSM = [1, 2, 4, 8]
+TILES = [(64, 4, 3), (128, 4, 2)]
+# (programs per SM, shortest chunk)
+PLANS = [(4, 256), (8, 256), (16, 256), (8, 64)]
 
 
 def main():
@@ -37,14 +39,14 @@ def main():
         copies = rotation_copies(c, l2)
         group = row.num_q_heads // row.num_kv_heads
         best = None
-        variants = [("single", None)] + [("planned", p) for p in PPSM]
+        variants = [("single", None)] + [("planned", p) for p in PLANS]
         for (bn, warps, stages), (kind, ppsm) in itertools.product(TILES, variants):
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
             it = itertools.cycle(copies)
             if kind == "single":
                 fn = lambda: decode_single(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             else:
-                triton_splitk.PROGRAMS_PER_SM = ppsm
+                triton_splitk.PROGRAMS_PER_SM, triton_splitk.MIN_CHUNK_TOKENS = ppsm
                 fn = lambda: triton_splitk.decode_splitk(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             try:
                 err = max_err(fn()[0], ref)

@@ -10,7 +10,6 @@ from flashdecode import decode_attention
 from flashdecode.triton_splitk import (
     chunk_plan,
     decode_splitk,
-    plan_num_splits,
     split_bounds,
     splitk_partials_mirror,
     target_chunks,
@@ -55,9 +54,10 @@ def test_partials_match_mirror_planned(device):
     lse = torch.empty(c.q.shape[:2], device=device)
     num_sms, block_n = 8, 32
     _, _, o_part, lse_part = decode_splitk(
-        *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
+        *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n, "MIN_CHUNK": block_n},
+        return_partials=True,
     )
-    chunks = chunk_plan(lens, target_chunks(2, num_sms), block_n)
+    chunks = chunk_plan(lens, target_chunks(2, num_sms), block_n, block_n)
     per_seq = [sum(1 for b, _, _ in chunks if b == s) for s in range(len(lens))]
     assert per_seq[1] > 1 and per_seq[0] == 1 and per_seq[3] == 0
     ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
@@ -73,8 +73,11 @@ def test_partials_match_mirror_planned(device):
 def test_chunk_plan_covers_every_token_within_the_grid():
     for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33]):
         for target in (1, 8, 66, 264):
-            plan = chunk_plan(lens, target, 64)
+            plan = chunk_plan(lens, target, 64, 256)
+            # never more chunks than the grid has slots, and no spill past the target when it is large
             assert len(plan) <= target + len(lens)
+            if target > 2 * len(lens):
+                assert len(plan) <= target
             for b, n in enumerate(lens):
                 covered = [t for s, start, end in plan if s == b for t in range(start, end)]
                 assert covered == list(range(n))
@@ -91,13 +94,11 @@ def test_split_bounds_cover_sequence_on_tile_edges():
             assert all(start % 16 == 0 for start, end in bounds if end > start)
 
 
-def test_plan_num_splits():
-    # a full grid needs no split
-    assert plan_num_splits(batch=64, num_kv_heads=8, max_tokens=4096, block_n=64, num_sms=132) == 1
-    # one sequence, 8 KV heads: about 2 programs per SM
-    assert plan_num_splits(batch=1, num_kv_heads=8, max_tokens=1 << 17, block_n=64, num_sms=132) == 33
-    # never more splits than tiles
-    assert plan_num_splits(batch=1, num_kv_heads=4, max_tokens=128, block_n=64, num_sms=132) == 2
+def test_target_chunks():
+    # 8 programs per SM over 132 SMs, shared by the KV heads
+    assert target_chunks(num_kv_heads=8, num_sms=132, programs_per_sm=8) == 132
+    assert target_chunks(num_kv_heads=2, num_sms=132, programs_per_sm=4) == 264
+    assert target_chunks(num_kv_heads=1000, num_sms=8, programs_per_sm=1) == 1
 
 
 def test_auto_picks_planned_split_unless_sequences_are_short(device, monkeypatch):

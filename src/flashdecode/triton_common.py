@@ -39,6 +39,37 @@ def dot_in_fp32(dtype) -> bool:
     return dtype == torch.float32 or interpreting()
 
 
+# below this many query heads per KV head, products run on the CUDA cores instead of tl.dot. Measured on the H200
+# (scripts/sweep.py): tl.dot won even for MHA (group 1 padded to 16 rows), so every group uses it
+DOT_MIN_GROUP = 1
+
+
+def launch_config(head_dim: int, group: int, dtype, split: bool) -> dict:
+    """Tile sizes, warps and stages for one (head_dim, group, dtype, kernel): one small table, no autotuning.
+
+    Measured on the H200 (scripts/sweep.py, docs/design.md). BLOCK_N tokens per tile, K and V tiles of
+    [BLOCK_N, BLOCK_D] per pipeline stage in shared memory:
+    * single pass, group < 4: BLOCK_N 128, 2 stages (64 KB a stage): long per-program streams, deep tiles;
+    * single pass, group >= 4, and split-K: BLOCK_N 64, 3 stages (32 KB a stage, 2 programs per SM);
+    * head_dim 256: BLOCK_N halved to keep the same shared memory.
+    BLOCK_H: the group, padded to 16 (the smallest tl.dot height) when products use tl.dot.
+    BLOCK_D: head_dim padded to a power of two (masked).
+    """
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    use_dot = group >= DOT_MIN_GROUP
+    block_n, stages = (128, 2) if (not split and group < 4) else (64, 3)
+    if block_d > 128:
+        block_n //= 2
+    return dict(
+        BLOCK_H=max(16, triton.next_power_of_2(group)) if use_dot else triton.next_power_of_2(group),
+        BLOCK_D=block_d,
+        BLOCK_N=block_n,
+        USE_DOT=use_dot,
+        num_warps=4,
+        num_stages=stages,
+    )
+
+
 @triton.jit
 def load_q_group(Q, stride_qh, head0, offs_h, offs_d, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr):
     """Load query heads head0 .. head0 + GROUP - 1 of one sequence as a [BLOCK_H, BLOCK_D] tile (Q at the row)."""

@@ -13,13 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, load_q_group
+from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, launch_config, load_q_group
 
-__all__ = ["decode_single", "launch_config"]
-
-# below this many query heads per KV head, products run on the CUDA cores instead of tl.dot. Measured on the H200
-# (scripts/sweep.py): tl.dot won even for MHA (group 1, padded to 16 rows), so every group uses it
-DOT_MIN_GROUP = 1
+__all__ = ["decode_single"]
 
 
 @triton.jit
@@ -86,26 +82,6 @@ def _decode_single_kernel(
         tl.store(LSE + seq * (GROUP * tl.num_programs(0)) + heads, lse, mask=mask_h)
 
 
-def launch_config(head_dim: int, group: int, dtype: torch.dtype) -> dict:
-    """Tile sizes, warps and stages for one (head_dim, group, dtype): one small table, no per-call autotuning.
-
-    USE_DOT: tensor-core products once the group fills a fair part of the 16-row minimum tile of ``tl.dot``
-    (group >= DOT_MIN_GROUP); smaller groups (MHA) multiply and reduce on the CUDA cores with BLOCK_H = group.
-    BLOCK_D: head_dim padded to a power of two (masked). BLOCK_N: tokens per tile; 64 keeps a K and a V tile of
-    [64, 128] bf16 (32 KB) per pipeline stage in shared memory, halved for head_dim 256.
-    """
-    block_d = max(16, triton.next_power_of_2(head_dim))
-    use_dot = group >= DOT_MIN_GROUP
-    return dict(
-        BLOCK_H=max(16, triton.next_power_of_2(group)) if use_dot else triton.next_power_of_2(group),
-        BLOCK_D=block_d,
-        BLOCK_N=64 if block_d <= 128 else 32,
-        USE_DOT=use_dot,
-        num_warps=4,
-        num_stages=2,
-    )
-
-
 def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None):
     """Launch the single-pass kernel.
 
@@ -119,7 +95,7 @@ def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale
     num_pages, page_size, num_kv_heads, _ = k_cache.shape
     group = num_q_heads // num_kv_heads
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
+    cfg = {**launch_config(head_dim, group, q.dtype, split=False), **(config or {})}
     _decode_single_kernel[(num_kv_heads, batch)](
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
         softmax_scale * LOG2E,

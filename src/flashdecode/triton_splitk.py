@@ -34,29 +34,38 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, load_q_group
-from .triton_single import launch_config
+from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, launch_config, load_q_group
 
-__all__ = ["decode_splitk", "plan_num_splits", "target_chunks", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
+__all__ = ["decode_splitk", "target_chunks", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
 
 # forced splits beyond this add combine work and partial traffic for no extra parallelism on any current GPU
 MAX_SPLITS = 256
-# resident programs per SM that the planner aims for (measured: docs/design.md)
-PROGRAMS_PER_SM = 2
+# programs per SM that the planner aims for: 4 waves of 2 resident programs, so the last, partly filled wave costs
+# little (measured with scripts/sweep.py: docs/design.md)
+PROGRAMS_PER_SM = 8
+# shortest planned chunk: below this a program spends more on setup and partial writes than on streaming, and the
+# combine has more chunks to read
+MIN_CHUNK_TOKENS = 256
 # the planned mode keeps every length in registers: above this batch the single-pass grid is full anyway
 MAX_PLANNED_BATCH = 4096
 # the combine kernel reads the chunks' LSEs in blocks of this many
-COMBINE_BLOCK_S = 16
+COMBINE_BLOCK_S = 64
 
 
 @triton.jit
-def _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The planned mode's cut, identical in every program: (chunk size C, chunks per sequence n [BLOCK_B],
-    inclusive prefix sum of n [BLOCK_B], offs_b)."""
+def _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr):
+    """The planned mode's cut, identical in every program and in ``chunk_plan``: (chunk size C, chunks per
+    sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b).
+
+    C = ceil(total / (target - B)) when target > 2B, so that sum_b ceil(L_b / C) <= total / C + B <= target and
+    the programs never spill into an extra, mostly idle wave; else ceil(total / target). Rounded up to whole tiles,
+    at least MIN_CHUNK tokens.
+    """
     offs_b = tl.arange(0, BLOCK_B)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
     total = tl.sum(lens, axis=0)
-    chunk = tl.maximum(tl.cdiv(tl.cdiv(total, target), BLOCK_N) * BLOCK_N, BLOCK_N)
+    pieces = tl.where(target > 2 * batch, target - batch, target)
+    chunk = tl.maximum(tl.cdiv(tl.cdiv(total, pieces), BLOCK_N) * BLOCK_N, MIN_CHUNK)
     n = tl.cdiv(lens, chunk)
     return chunk, n, tl.cumsum(n, axis=0), offs_b
 
@@ -93,6 +102,7 @@ def _partial_kernel(
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    MIN_CHUNK: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -114,7 +124,7 @@ def _partial_kernel(
         single = False
     else:
         # planned: the sequence owning this chunk is the first whose inclusive chunk count exceeds chunk_id
-        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N)
+        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N, MIN_CHUNK)
         seq = tl.sum((incl <= chunk_id).to(tl.int32), axis=0)
         if seq >= batch:
             return
@@ -174,6 +184,7 @@ def _combine_kernel(
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    MIN_CHUNK: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -186,7 +197,7 @@ def _combine_kernel(
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
     else:
-        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N)
+        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N, MIN_CHUNK)
         pick = offs_b == seq
         count = tl.sum(tl.where(pick, n, 0), axis=0)
         first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
@@ -236,19 +247,6 @@ def target_chunks(num_kv_heads: int, num_sms: int, programs_per_sm: int = None) 
     return max(1, triton.cdiv(per_sm * num_sms, num_kv_heads))
 
 
-def plan_num_splits(
-    batch: int, num_kv_heads: int, max_tokens: int, block_n: int, num_sms: int, programs_per_sm: int = None
-) -> int:
-    """A uniform split count for ``num_splits`` (the fixed mode): about ``programs_per_sm`` programs per SM,
-    never more pieces than the longest possible sequence (max_tokens = table width * page size) has tiles."""
-    programs = batch * num_kv_heads
-    target = (PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm) * num_sms
-    if programs >= target:
-        return 1
-    max_tiles = max(1, triton.cdiv(max_tokens, block_n))
-    return max(1, min(triton.cdiv(target, programs), max_tiles, MAX_SPLITS))
-
-
 def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, int]]:
     """Fixed mode: [start, end) of each split of one sequence, exactly as the partial kernel computes them."""
     tiles_per_split = triton.cdiv(triton.cdiv(seqlen, block_n), num_splits)
@@ -259,10 +257,11 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, 
     return bounds
 
 
-def chunk_plan(seqlens: list[int], target: int, block_n: int) -> list[tuple[int, int, int]]:
+def chunk_plan(seqlens: list[int], target: int, block_n: int, min_chunk: int) -> list[tuple[int, int, int]]:
     """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as the kernels compute them."""
-    total = sum(seqlens)
-    chunk = max(triton.cdiv(triton.cdiv(total, target), block_n) * block_n, block_n)
+    total, batch = sum(seqlens), len(seqlens)
+    pieces = target - batch if target > 2 * batch else target
+    chunk = max(triton.cdiv(triton.cdiv(total, pieces), block_n) * block_n, min_chunk)
     return [(b, s, min(s + chunk, n)) for b, n in enumerate(seqlens) for s in range(0, n, chunk)]
 
 
@@ -284,7 +283,7 @@ def decode_splitk(
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
+    cfg = {**launch_config(head_dim, group, q.dtype, split=True), **(config or {})}
     if num_splits is None:
         if num_sms is None:
             num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
@@ -296,6 +295,8 @@ def decode_splitk(
     lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
     lse_arg = lse if lse is not None else lse_part
     block_b = triton.next_power_of_2(batch)
+    # whole tiles, at least MIN_CHUNK_TOKENS (config may shrink it: tests use tiny tiles and chunks)
+    min_chunk = cfg.pop("MIN_CHUNK", triton.cdiv(MIN_CHUNK_TOKENS, cfg["BLOCK_N"]) * cfg["BLOCK_N"])
     _partial_kernel[(chunks, num_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse_arg,
         softmax_scale * LOG2E, batch, target,
@@ -304,14 +305,14 @@ def decode_splitk(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_B=block_b,
+        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_B=block_b, MIN_CHUNK=min_chunk,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
         **cfg,
     )  # fmt: skip
     _combine_kernel[(num_q_heads, batch)](
         o_part, lse_part, out, lse_arg, cache_seqlens, batch, target,
         cache_seqlens.stride(0), out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, HEAD_DIM=head_dim, BLOCK_B=block_b, BLOCK_N=cfg["BLOCK_N"],
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim, BLOCK_B=block_b, MIN_CHUNK=min_chunk, BLOCK_N=cfg["BLOCK_N"],
         BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 else COMBINE_BLOCK_S,
         BLOCK_D=cfg["BLOCK_D"],
         WRITE_LSE=lse is not None,
