@@ -23,9 +23,9 @@ ROWS = [
     Row([4096] * 64, 32, 8), Row([256] * 256, 12, 12), Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
     Row([128], 28, 4), Row([128] * 8, 28, 4),
 ]
-TILES = [(64, 4, 3), (128, 4, 2)]
-# (programs per SM, shortest chunk)
-PLANS = [(4, 256), (8, 256), (16, 256), (8, 64)]
+TILES = [(64, 4, 3)]
+# the planner's SATURATION_PER_SM
+PLANS = [2, 4, 8]
 
 
 def main():
@@ -46,7 +46,7 @@ def main():
             if kind == "single":
                 fn = lambda: decode_single(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             else:
-                triton_splitk.PROGRAMS_PER_SM, triton_splitk.MIN_CHUNK_TOKENS = ppsm
+                triton_splitk.SATURATION_PER_SM = ppsm
                 fn = lambda: triton_splitk.decode_splitk(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             try:
                 err = max_err(fn()[0], ref)

@@ -12,7 +12,8 @@ from flashdecode.triton_splitk import (
     decode_splitk,
     split_bounds,
     splitk_partials_mirror,
-    target_chunks,
+    grid_chunks,
+    num_candidates,
 )
 
 
@@ -54,10 +55,10 @@ def test_partials_match_mirror_planned(device):
     lse = torch.empty(c.q.shape[:2], device=device)
     num_sms, block_n = 8, 32
     _, _, o_part, lse_part = decode_splitk(
-        *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n, "MIN_CHUNK": block_n},
-        return_partials=True,
+        *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
     )
-    chunks = chunk_plan(lens, target_chunks(2, num_sms), block_n, block_n)
+    max_tokens = c.block_table.shape[1] * 16
+    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(len(lens), 2, num_sms), block_n, num_candidates(max_tokens, block_n))
     per_seq = [sum(1 for b, _, _ in chunks if b == s) for s in range(len(lens))]
     assert per_seq[1] > 1 and per_seq[0] == 1 and per_seq[3] == 0
     ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
@@ -71,17 +72,29 @@ def test_partials_match_mirror_planned(device):
 
 
 def test_chunk_plan_covers_every_token_within_the_grid():
-    for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33]):
-        for target in (1, 8, 66, 264):
-            plan = chunk_plan(lens, target, 64, 256)
-            # never more chunks than the grid has slots, and no spill past the target when it is large
-            assert len(plan) <= target + len(lens)
-            if target > 2 * len(lens):
-                assert len(plan) <= target
+    for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64):
+        for hkv, sms in ((1, 8), (8, 132), (2, 132)):
+            slots = grid_chunks(len(lens), hkv, sms)
+            plan = chunk_plan(lens, hkv, sms, slots, 64, num_candidates(max(lens), 64))
+            assert len(plan) <= slots
             for b, n in enumerate(lens):
                 covered = [t for s, start, end in plan if s == b for t in range(start, end)]
                 assert covered == list(range(n))
             assert all(start % 64 == 0 and end > start for _, start, end in plan)
+
+
+def test_planner_choices():
+    """The cost model splits a lone long sequence, keeps a full uniform batch whole, and splits the long member of
+    a ragged batch while the short ones stay whole."""
+
+    def per_seq(lens, hkv):
+        plan = chunk_plan(lens, hkv, 132, grid_chunks(len(lens), hkv, 132), 64, num_candidates(max(lens), 64))
+        return [sum(1 for b, _, _ in plan if b == s) for s in range(len(lens))]
+
+    assert per_seq([65536], 12)[0] >= 32
+    assert per_seq([4096] * 64, 8) == [1] * 64
+    ragged = per_seq([131072] + [1024] * 63, 8)
+    assert ragged[0] >= 64 and set(ragged[1:]) == {1}
 
 
 def test_split_bounds_cover_sequence_on_tile_edges():
@@ -94,11 +107,10 @@ def test_split_bounds_cover_sequence_on_tile_edges():
             assert all(start % 16 == 0 for start, end in bounds if end > start)
 
 
-def test_target_chunks():
-    # 8 programs per SM over 132 SMs, shared by the KV heads
-    assert target_chunks(num_kv_heads=8, num_sms=132, programs_per_sm=8) == 132
-    assert target_chunks(num_kv_heads=2, num_sms=132, programs_per_sm=4) == 264
-    assert target_chunks(num_kv_heads=1000, num_sms=8, programs_per_sm=1) == 1
+def test_grid_chunks_sized_from_batch_and_sms():
+    assert grid_chunks(batch=4, num_kv_heads=8, num_sms=132) == 4 + 132
+    assert grid_chunks(batch=1, num_kv_heads=2, num_sms=132) == 1 + 528
+    assert num_candidates(131072, 64) == 16 and num_candidates(64, 64) == 2
 
 
 def test_auto_picks_planned_split_unless_sequences_are_short(device, monkeypatch):

@@ -12,11 +12,11 @@ the source blog post stores acc_c unnormalised and multiplies by l_c again, weig
 
 Two ways to cut, one kernel:
 
-* planned (``num_splits=None``): every program reads all B lengths and derives the same plan: a global chunk
-  size C = max(BLOCK_N, ceil(total_tokens / TARGET) rounded up to BLOCK_N), sequence b gets ceil(L_b / C) chunks,
-  numbered consecutively (an exclusive prefix sum). A long sequence in a batch of short ones gets many chunks,
-  the short ones one each. The grid is (TARGET + B, Hkv), enough for any lengths, since
-  sum_b ceil(L_b / C) <= total / C + B <= TARGET + B: sized from B and the SM count, never from the cache's
+* planned (``num_splits=None``): every program reads all B lengths and derives the same plan: one chunk size C
+  for the batch, picked from BLOCK_N * 2^k by a cost model of waves per SM (``_chunk_layout``); sequence b gets
+  ceil(L_b / C) chunks, numbered consecutively (a prefix sum). A long sequence among short ones gets many chunks,
+  the short ones one each, and a batch that already fills the GPU keeps one chunk per sequence. The grid has
+  ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM count, never from the cache's
   capacity, read by no host code, so one CUDA graph serves every length. A sequence that gets a single chunk is
   written straight to the output by its partial program; the combine skips it.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
@@ -36,36 +36,49 @@ import triton.language as tl
 
 from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, launch_config, load_q_group
 
-__all__ = ["decode_splitk", "target_chunks", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
+__all__ = ["decode_splitk", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
 
 # forced splits beyond this add combine work and partial traffic for no extra parallelism on any current GPU
 MAX_SPLITS = 256
-# programs per SM that the planner aims for: 4 waves of 2 resident programs, so the last, partly filled wave costs
-# little (measured with scripts/sweep.py: docs/design.md)
-PROGRAMS_PER_SM = 8
-# shortest planned chunk: below this a program spends more on setup and partial writes than on streaming, and the
-# combine has more chunks to read
-MIN_CHUNK_TOKENS = 256
-# the planned mode keeps every length in registers: above this batch the single-pass grid is full anyway
-MAX_PLANNED_BATCH = 4096
+# planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth...
+SATURATION_PER_SM = 4
+# ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
+CHUNK_OVERHEAD_TOKENS = 32
+# chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more)
+EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
+# the planned mode keeps every length in registers, [candidates x B]; above this batch the single-pass grid is full
+MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
 
 
 @triton.jit
-def _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, MIN_CHUNK: tl.constexpr):
-    """The planned mode's cut, identical in every program and in ``chunk_plan``: (chunk size C, chunks per
-    sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b).
+def _chunk_layout(
+    SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr,
+):  # fmt: skip
+    """The planned mode's cut, identical in every program and in ``chunk_plan``.
 
-    C = ceil(total / (target - B)) when target > 2B, so that sum_b ceil(L_b / C) <= total / C + B <= target and
-    the programs never spill into an extra, mostly idle wave; else ceil(total / target). Rounded up to whole tiles,
-    at least MIN_CHUNK tokens.
+    Candidate chunk sizes C_k = BLOCK_N * 2^k. With P_k = Hkv * sum_b ceil(L_b / C_k) programs on S SMs, an SM runs
+    ceil(P_k / S) of them one after another and needs SATURATION resident ones to reach its share of the bandwidth,
+    so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). The cheapest feasible
+    candidate (P_k / Hkv <= max_chunks, the grid's slots) wins, ties to the larger chunk.
+    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b).
     """
     offs_b = tl.arange(0, BLOCK_B)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
-    total = tl.sum(lens, axis=0)
-    pieces = tl.where(target > 2 * batch, target - batch, target)
-    chunk = tl.maximum(tl.cdiv(tl.cdiv(total, pieces), BLOCK_N) * BLOCK_N, MIN_CHUNK)
+    max_len = tl.max(lens, axis=0)
+    offs_k = tl.arange(0, NUM_CAND)
+    cand = BLOCK_N << offs_k
+    # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate
+    count = tl.sum(tl.cdiv(lens[None, :], cand[:, None]), axis=1).to(tl.int64)
+    per_sm = tl.cdiv(count * num_kv_heads, num_sms)
+    cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
+    # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
+    key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
+    k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
+    chunk = BLOCK_N << k_best.to(tl.int32)
     n = tl.cdiv(lens, chunk)
     return chunk, n, tl.cumsum(n, axis=0), offs_b
 
@@ -83,7 +96,8 @@ def _partial_kernel(
     LSE,
     qk_scale,
     batch,
-    target,
+    num_sms,
+    max_chunks,
     stride_qb,
     stride_qh,
     stride_kp,
@@ -102,7 +116,9 @@ def _partial_kernel(
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    MIN_CHUNK: tl.constexpr,
+    NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr,
+    OVERHEAD: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -124,7 +140,10 @@ def _partial_kernel(
         single = False
     else:
         # planned: the sequence owning this chunk is the first whose inclusive chunk count exceeds chunk_id
-        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N, MIN_CHUNK)
+        chunk, n, incl, offs_b = _chunk_layout(
+            SEQLENS, stride_sl, batch, tl.num_programs(1), num_sms, max_chunks,
+            BLOCK_B, BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
+        )  # fmt: skip
         seq = tl.sum((incl <= chunk_id).to(tl.int32), axis=0)
         if seq >= batch:
             return
@@ -177,14 +196,18 @@ def _combine_kernel(
     LSE,
     SEQLENS,
     batch,
-    target,
+    num_kv_heads,
+    num_sms,
+    max_chunks,
     stride_sl,
     stride_ob,
     stride_oh,
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    MIN_CHUNK: tl.constexpr,
+    NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr,
+    OVERHEAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -197,7 +220,10 @@ def _combine_kernel(
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
     else:
-        chunk, n, incl, offs_b = _chunk_layout(SEQLENS, stride_sl, batch, target, BLOCK_B, BLOCK_N, MIN_CHUNK)
+        chunk, n, incl, offs_b = _chunk_layout(
+            SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
+            BLOCK_B, BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
+        )  # fmt: skip
         pick = offs_b == seq
         count = tl.sum(tl.where(pick, n, 0), axis=0)
         first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
@@ -237,14 +263,17 @@ def _combine_kernel(
         tl.store(LSE + seq * num_q_heads + head, lse)
 
 
-def target_chunks(num_kv_heads: int, num_sms: int, programs_per_sm: int = None) -> int:
-    """Chunks the planned mode aims for, so that chunks x Hkv programs keep every SM busy.
+def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
+    """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
+    B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
+    return batch + triton.cdiv(EXTRA_PROGRAMS_PER_SM * num_sms, num_kv_heads)
 
-    A streaming program keeps only a few tiles in flight, so an SM needs several resident programs to approach
-    peak bandwidth: ``programs_per_sm`` of them (measured, docs/design.md).
-    """
-    per_sm = PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
-    return max(1, triton.cdiv(per_sm * num_sms, num_kv_heads))
+
+def num_candidates(max_tokens: int, block_n: int) -> int:
+    """Candidate chunk sizes block_n * 2^k, enough that the largest covers any sequence the table can hold (so one
+    chunk per sequence is always feasible), as a power of two for tl.arange."""
+    k = max(1, triton.cdiv(max_tokens, block_n) - 1).bit_length() + 1
+    return triton.next_power_of_2(k)
 
 
 def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, int]]:
@@ -257,11 +286,18 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, 
     return bounds
 
 
-def chunk_plan(seqlens: list[int], target: int, block_n: int, min_chunk: int) -> list[tuple[int, int, int]]:
-    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as the kernels compute them."""
-    total, batch = sum(seqlens), len(seqlens)
-    pieces = target - batch if target > 2 * batch else target
-    chunk = max(triton.cdiv(triton.cdiv(total, pieces), block_n) * block_n, min_chunk)
+def chunk_plan(seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand) -> list[tuple[int, int, int]]:
+    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts."""
+    max_len = max(seqlens, default=0)
+    best = None
+    for k in range(num_cand):
+        cand = block_n << k
+        count = sum(triton.cdiv(n, cand) for n in seqlens)
+        cost = max(triton.cdiv(count * num_kv_heads, num_sms), SATURATION_PER_SM) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
+        key = ((cost if count <= max_chunks else 1 << 40), -k)
+        if best is None or key < best[0]:
+            best = (key, cand)
+    chunk = best[1]
     return [(b, s, min(s + chunk, n)) for b, n in enumerate(seqlens) for s in range(0, n, chunk)]
 
 
@@ -284,35 +320,34 @@ def decode_splitk(
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     cfg = {**launch_config(head_dim, group, q.dtype, split=True), **(config or {})}
+    if num_sms is None:
+        num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     if num_splits is None:
-        if num_sms is None:
-            num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
-        target = target_chunks(num_kv_heads, num_sms)
-        chunks, fixed = target + batch, 0
+        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms), 0
     else:
-        target, chunks, fixed = 1, batch * num_splits, num_splits
+        chunks, fixed = batch * num_splits, num_splits
+    num_cand = num_candidates(block_table.shape[1] * page_size, cfg["BLOCK_N"])
     o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
     lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
     lse_arg = lse if lse is not None else lse_part
     block_b = triton.next_power_of_2(batch)
-    # whole tiles, at least MIN_CHUNK_TOKENS (config may shrink it: tests use tiny tiles and chunks)
-    min_chunk = cfg.pop("MIN_CHUNK", triton.cdiv(MIN_CHUNK_TOKENS, cfg["BLOCK_N"]) * cfg["BLOCK_N"])
+    plan = dict(BLOCK_B=block_b, NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS)
     _partial_kernel[(chunks, num_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse_arg,
-        softmax_scale * LOG2E, batch, target,
+        softmax_scale * LOG2E, batch, num_sms, chunks,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_B=block_b, MIN_CHUNK=min_chunk,
+        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, **plan,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
         **cfg,
     )  # fmt: skip
     _combine_kernel[(num_q_heads, batch)](
-        o_part, lse_part, out, lse_arg, cache_seqlens, batch, target,
+        o_part, lse_part, out, lse_arg, cache_seqlens, batch, num_kv_heads, num_sms, chunks,
         cache_seqlens.stride(0), out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, HEAD_DIM=head_dim, BLOCK_B=block_b, MIN_CHUNK=min_chunk, BLOCK_N=cfg["BLOCK_N"],
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim, **plan, BLOCK_N=cfg["BLOCK_N"],
         BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 else COMBINE_BLOCK_S,
         BLOCK_D=cfg["BLOCK_D"],
         WRITE_LSE=lse is not None,
