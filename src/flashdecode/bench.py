@@ -244,10 +244,11 @@ def check_backend(fn, case, ref_out, tolerance) -> tuple[bool, float]:
     return check_output(out, ref_out, tolerance)
 
 
-def run_rows(rows, backends, device, *, progress=True, sabotage=None):
+def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=None):
     """Check and time every backend on every row. Returns a list of result dicts (one per row x backend).
 
     sabotage: optional {backend: fn(out) -> out} to corrupt a backend's output (tests of the correctness gate).
+    on_row: optional callback(results so far) after each row (the CLI saves partial results with it).
     """
     import torch
 
@@ -296,6 +297,8 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None):
         del copies, case
         if on_gpu:
             torch.cuda.empty_cache()
+        if on_row:
+            on_row(results)
     bar.close()
     return results
 
@@ -540,13 +543,21 @@ def cmd_bench(args) -> int:
     read_bw = measure_read_bandwidth(device) if on_gpu else None
     if read_bw:
         print(f"measured read bandwidth (torch.sum over 4 GiB): {read_bw / 1e9:.0f} GB/s")
-    results = run_rows(rows, backends, device, progress=not args.no_progress)
-    add_metrics(results, read_bw)
     timing = (
         "median of CUDA-graph replays (triton do_bench_cudagraph) and of eager calls (do_bench)" if on_gpu
         else "CPU wall clock, median of 3 (meaningless)"
     )  # fmt: skip
     meta = provenance(device, read_bw, timing)
+
+    def save_partial(results):
+        # a sweep cut short still leaves every finished row on disk
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, "results.json"), "w") as f:
+                json.dump({"meta": meta, "results": add_metrics(list(results), read_bw)}, f, indent=1, default=str)
+
+    results = run_rows(rows, backends, device, progress=not args.no_progress, on_row=save_partial)
+    add_metrics(results, read_bw)
     print(terminal_table(results, meta))
     if args.out:
         write_outputs(results, meta, args.out)

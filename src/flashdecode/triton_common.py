@@ -44,20 +44,20 @@ def dot_in_fp32(dtype) -> bool:
 DOT_MIN_GROUP = 1
 
 
-def launch_config(head_dim: int, group: int, dtype, split: bool) -> dict:
-    """Tile sizes, warps and stages for one (head_dim, group, dtype, kernel): one small table, no autotuning.
+def launch_config(head_dim: int, group: int, dtype) -> dict:
+    """Tile sizes, warps and stages for one (head_dim, group, dtype): one small table, no per-call autotuning.
 
-    Measured on the H200 (scripts/sweep.py, docs/design.md). BLOCK_N tokens per tile, K and V tiles of
+    Measured on the H200 (scripts/sweep.py, docs/design.md). BLOCK_N tokens per tile; K and V tiles of
     [BLOCK_N, BLOCK_D] per pipeline stage in shared memory:
-    * single pass, group < 4: BLOCK_N 128, 2 stages (64 KB a stage): long per-program streams, deep tiles;
-    * single pass, group >= 4, and split-K: BLOCK_N 64, 3 stages (32 KB a stage, 2 programs per SM);
+    * group < 4 (MHA-like): BLOCK_N 128, 2 stages (64 KB a stage): deep tiles, few rows of work per byte;
+    * group >= 4: BLOCK_N 64, 3 stages (32 KB a stage, 2 programs per SM);
     * head_dim 256: BLOCK_N halved to keep the same shared memory.
     BLOCK_H: the group, padded to 16 (the smallest tl.dot height) when products use tl.dot.
     BLOCK_D: head_dim padded to a power of two (masked).
     """
     block_d = max(16, triton.next_power_of_2(head_dim))
     use_dot = group >= DOT_MIN_GROUP
-    block_n, stages = (128, 2) if (not split and group < 4) else (64, 3)
+    block_n, stages = (128, 2) if group < 4 else (64, 3)
     if block_d > 128:
         block_n //= 2
     return dict(

@@ -95,7 +95,7 @@ def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale
     num_pages, page_size, num_kv_heads, _ = k_cache.shape
     group = num_q_heads // num_kv_heads
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = {**launch_config(head_dim, group, q.dtype, split=False), **(config or {})}
+    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
     _decode_single_kernel[(num_kv_heads, batch)](
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
         softmax_scale * LOG2E,

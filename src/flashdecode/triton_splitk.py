@@ -55,7 +55,7 @@ COMBINE_BLOCK_S = 64
 @triton.jit
 def _chunk_layout(
     SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
-    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
@@ -71,15 +71,16 @@ def _chunk_layout(
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
     cand = BLOCK_N << offs_k
-    # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate
-    count = tl.sum(tl.cdiv(lens[None, :], cand[:, None]), axis=1).to(tl.int64)
+    # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate; ceil(L / 2^j) as a shift, not an integer division
+    shift = (offs_k + LOG2_BLOCK_N)[:, None]
+    count = tl.sum((lens[None, :] + (cand[:, None] - 1)) >> shift, axis=1).to(tl.int64)
     per_sm = tl.cdiv(count * num_kv_heads, num_sms)
     cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
     chunk = BLOCK_N << k_best.to(tl.int32)
-    n = tl.cdiv(lens, chunk)
+    n = (lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N)
     return chunk, n, tl.cumsum(n, axis=0), offs_b
 
 
@@ -116,6 +117,7 @@ def _partial_kernel(
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    LOG2_BLOCK_N: tl.constexpr,
     NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr,
     OVERHEAD: tl.constexpr,
@@ -142,7 +144,7 @@ def _partial_kernel(
         # planned: the sequence owning this chunk is the first whose inclusive chunk count exceeds chunk_id
         chunk, n, incl, offs_b = _chunk_layout(
             SEQLENS, stride_sl, batch, tl.num_programs(1), num_sms, max_chunks,
-            BLOCK_B, BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
         )  # fmt: skip
         seq = tl.sum((incl <= chunk_id).to(tl.int32), axis=0)
         if seq >= batch:
@@ -205,6 +207,7 @@ def _combine_kernel(
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    LOG2_BLOCK_N: tl.constexpr,
     NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr,
     OVERHEAD: tl.constexpr,
@@ -222,7 +225,7 @@ def _combine_kernel(
     else:
         chunk, n, incl, offs_b = _chunk_layout(
             SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
-            BLOCK_B, BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
         )  # fmt: skip
         pick = offs_b == seq
         count = tl.sum(tl.where(pick, n, 0), axis=0)
@@ -319,7 +322,7 @@ def decode_splitk(
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = {**launch_config(head_dim, group, q.dtype, split=True), **(config or {})}
+    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     if num_splits is None:
@@ -331,7 +334,7 @@ def decode_splitk(
     lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
     lse_arg = lse if lse is not None else lse_part
     block_b = triton.next_power_of_2(batch)
-    plan = dict(BLOCK_B=block_b, NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS)
+    plan = dict(BLOCK_B=block_b, LOG2_BLOCK_N=cfg["BLOCK_N"].bit_length() - 1, NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS)
     _partial_kernel[(chunks, num_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse_arg,
         softmax_scale * LOG2E, batch, num_sms, chunks,
