@@ -12,18 +12,18 @@ the source blog post stores acc_c unnormalised and multiplies by l_c again, weig
 
 Two ways to cut, one kernel:
 
-* planned (``num_splits=None``): every program reads all B lengths and derives the same plan: one chunk size C
-  for the batch, picked from BLOCK_N * 2^k by a cost model of waves per SM (``_chunk_layout``); sequence b gets
-  ceil(L_b / C) chunks, numbered consecutively (a prefix sum). A long sequence among short ones gets many chunks,
-  the short ones one each, and a batch that already fills the GPU keeps one chunk per sequence. The grid has
-  ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM count, never from the cache's
+* planned (``num_splits=None``): a one-launch planner kernel reads the B lengths and writes the cut: one chunk
+  size C for the batch, picked from BLOCK_N * 2^k by a cost model of waves per SM (``_chunk_layout``); sequence b
+  gets ceil(L_b / C) chunks, numbered consecutively (a prefix sum). A long sequence among short ones gets many
+  chunks, the short ones one each, and a batch that already fills the GPU keeps one chunk per sequence. The grid
+  has ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM count, never from the cache's
   capacity, read by no host code, so one CUDA graph serves every length. A sequence that gets a single chunk is
   written straight to the output by its partial program; the combine skips it.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 
 Bytes: the valid K/V once, plus 2 * chunks * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences.
-Grids: partial (chunks, Hkv); combine (Hq, B).
+Grids: planner (slots / 64); partial (slots, Hkv); combine (Hq, B).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ SATURATION_PER_SM = 4
 CHUNK_OVERHEAD_TOKENS = 32
 # chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more)
 EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
-# the planned mode keeps every length in registers, [candidates x B]; above this batch the single-pass grid is full
+# the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
@@ -85,19 +85,51 @@ def _chunk_layout(
 
 
 @triton.jit
+def _plan_kernel(
+    SEQLENS, PLAN, batch, num_kv_heads, num_sms, max_chunks, stride_sl,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr,
+):  # fmt: skip
+    """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
+    [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
+    sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Grid: chunk slots / BLOCK_I."""
+    chunk, n, incl, offs_b = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
+    )  # fmt: skip
+    stride = max_chunks + batch
+    offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    # [BLOCK_I, BLOCK_B]: chunk i belongs to the first sequence whose inclusive count exceeds i
+    seq = tl.sum((incl[None, :] <= offs_i[:, None]).to(tl.int32), axis=1)
+    pick = offs_b[None, :] == seq[:, None]
+    first = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1)
+    lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
+    start = (offs_i - first) * chunk
+    mask_i = offs_i < max_chunks
+    tl.store(PLAN + offs_i, tl.minimum(seq, batch), mask=mask_i)
+    tl.store(PLAN + stride + offs_i, start, mask=mask_i)
+    tl.store(PLAN + 2 * stride + offs_i, tl.minimum(start + chunk, seqlen), mask=mask_i)
+    if tl.program_id(0) == 0:
+        mask_b = offs_b < batch
+        tl.store(PLAN + max_chunks + offs_b, incl - n, mask=mask_b)
+        tl.store(PLAN + stride + max_chunks + offs_b, n, mask=mask_b)
+
+
+@triton.jit
 def _partial_kernel(
     Q,
     K,
     V,
     SEQLENS,
     BLOCK_TABLE,
+    PLAN,
     O_PART,
     LSE_PART,
     OUT,
     LSE,
     qk_scale,
     batch,
-    num_sms,
     max_chunks,
     stride_qb,
     stride_qh,
@@ -116,11 +148,6 @@ def _partial_kernel(
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    LOG2_BLOCK_N: tl.constexpr,
-    NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr,
-    OVERHEAD: tl.constexpr,
     BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -141,20 +168,14 @@ def _partial_kernel(
         end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
         single = False
     else:
-        # planned: the sequence owning this chunk is the first whose inclusive chunk count exceeds chunk_id
-        chunk, n, incl, offs_b = _chunk_layout(
-            SEQLENS, stride_sl, batch, tl.num_programs(1), num_sms, max_chunks,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
-        )  # fmt: skip
-        seq = tl.sum((incl <= chunk_id).to(tl.int32), axis=0)
+        # planned: the cut _plan_kernel wrote (sequence B marks an unused slot)
+        stride = max_chunks + batch
+        seq = tl.load(PLAN + chunk_id)
         if seq >= batch:
             return
-        pick = offs_b == seq
-        first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
-        single = tl.sum(tl.where(pick, n, 0), axis=0) == 1
-        seqlen = tl.load(SEQLENS + seq * stride_sl)
-        start = (chunk_id - first) * chunk
-        end = tl.minimum(start + chunk, seqlen)
+        start = tl.load(PLAN + stride + chunk_id)
+        end = tl.load(PLAN + 2 * stride + chunk_id)
+        single = tl.load(PLAN + stride + max_chunks + seq) == 1
     seq = seq.to(tl.int64)
 
     offs_h = tl.arange(0, BLOCK_H)
@@ -196,22 +217,13 @@ def _combine_kernel(
     LSE_PART,
     OUT,
     LSE,
-    SEQLENS,
+    PLAN,
     batch,
-    num_kv_heads,
-    num_sms,
     max_chunks,
-    stride_sl,
     stride_ob,
     stride_oh,
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    LOG2_BLOCK_N: tl.constexpr,
-    NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr,
-    OVERHEAD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr,
@@ -223,13 +235,8 @@ def _combine_kernel(
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
     else:
-        chunk, n, incl, offs_b = _chunk_layout(
-            SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
-        )  # fmt: skip
-        pick = offs_b == seq
-        count = tl.sum(tl.where(pick, n, 0), axis=0)
-        first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
+        first = tl.load(PLAN + max_chunks + seq)
+        count = tl.load(PLAN + max_chunks + batch + max_chunks + seq)
         if count == 1:
             # written by its partial program
             return
@@ -333,27 +340,33 @@ def decode_splitk(
     o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
     lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
     lse_arg = lse if lse is not None else lse_part
-    block_b = triton.next_power_of_2(batch)
-    plan = dict(BLOCK_B=block_b, LOG2_BLOCK_N=cfg["BLOCK_N"].bit_length() - 1, NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS)
+    # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
+    plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
+    if not fixed:
+        block_i = 64
+        _plan_kernel[(triton.cdiv(chunks, block_i),)](
+            cache_seqlens, plan, batch, num_kv_heads, num_sms, chunks, cache_seqlens.stride(0),
+            BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=cfg["BLOCK_N"],
+            LOG2_BLOCK_N=cfg["BLOCK_N"].bit_length() - 1, NUM_CAND=num_cand,
+            SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
+        )  # fmt: skip
     _partial_kernel[(chunks, num_kv_heads)](
-        q, k_cache, v_cache, cache_seqlens, block_table, o_part, lse_part, out, lse_arg,
-        softmax_scale * LOG2E, batch, num_sms, chunks,
+        q, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out, lse_arg,
+        softmax_scale * LOG2E, batch, chunks,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size, **plan,
+        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
         **cfg,
     )  # fmt: skip
     _combine_kernel[(num_q_heads, batch)](
-        o_part, lse_part, out, lse_arg, cache_seqlens, batch, num_kv_heads, num_sms, chunks,
-        cache_seqlens.stride(0), out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, HEAD_DIM=head_dim, **plan, BLOCK_N=cfg["BLOCK_N"],
+        o_part, lse_part, out, lse_arg, plan, batch, chunks, out.stride(0), out.stride(1),
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 else COMBINE_BLOCK_S,
-        BLOCK_D=cfg["BLOCK_D"],
-        WRITE_LSE=lse is not None,
+        BLOCK_D=cfg["BLOCK_D"], WRITE_LSE=lse is not None,
     )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
