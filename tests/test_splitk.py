@@ -113,21 +113,23 @@ def test_grid_chunks_sized_from_batch_and_sms():
     assert num_candidates(131072, 64) == 16 and num_candidates(64, 64) == 2
 
 
-def test_auto_picks_planned_split_unless_sequences_are_short(device, monkeypatch):
-    """auto plans split-K for long sequences, and runs single-pass when no sequence can exceed 256 tokens."""
+def test_auto_rule(device, monkeypatch):
+    """auto plans split-K for long sequences, and runs single-pass when no sequence can exceed 256 tokens or when
+    B * Hkv alone gives every SM SATURATION_PER_SM programs."""
     import flashdecode.api as api
+    from flashdecode.triton_splitk import SATURATION_PER_SM
 
     calls = []
-    monkeypatch.setattr(api, "_num_sms", lambda dev: 8)
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 2)
     for name in ("triton", "triton_splitk"):
         real = api._BACKEND_FNS[name]
         monkeypatch.setitem(api._BACKEND_FNS, name, lambda *a, _n=name, _r=real: (calls.append((_n, a[-1])), _r(*a)))
     long_one = case([300], 4, 1, 64, 16, torch.float16, device)
-    many = case([20] * 8, 4, 1, 64, 16, torch.float16, device)
-    decode_attention(*long_one.args)
-    decode_attention(*many.args)
-    assert calls[0] == ("triton_splitk", None)
-    assert calls[1] == ("triton", 1)
+    short = case([20] * 3, 4, 1, 64, 16, torch.float16, device)
+    full = case([300] * (2 * SATURATION_PER_SM), 4, 1, 64, 16, torch.float16, device)
+    for c in (long_one, short, full):
+        decode_attention(*c.args)
+    assert calls == [("triton_splitk", None), ("triton", 1), ("triton", 1)]
 
 
 def test_auto_planner_reads_no_values():

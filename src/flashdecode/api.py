@@ -1,9 +1,11 @@
 """decode_attention(): validate once, pick a backend, dispatch.
 
 The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, ``torch_sdpa``. Otherwise the Triton
-kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1); else sequences that can hold at most
-SINGLE_PASS_MAX_TOKENS tokens, or batches too large to plan, run single-pass, and everything else runs
-``triton_splitk`` planned on the device from the lengths. The choice reads shapes only: no host sync.
+kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1). Otherwise single-pass when the
+sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens, or when B * Hkv alone gives every SM
+``triton_splitk.SATURATION_PER_SM`` programs (splitting then only adds the planner and combine launches, unless the
+lengths are very uneven: a known trade-off, docs/design.md); everything else runs ``triton_splitk`` planned on the
+device from the lengths. The choice reads shapes only: no host sync.
 """
 
 from __future__ import annotations
@@ -107,7 +109,9 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table):
     if num_splits is not None:
         return ("triton" if num_splits == 1 else "triton_splitk"), num_splits
     max_tokens = block_table.shape[1] * k_cache.shape[1]
-    if max_tokens <= SINGLE_PASS_MAX_TOKENS or q.shape[0] > splitk.MAX_PLANNED_BATCH:
+    programs = q.shape[0] * k_cache.shape[2]
+    full = programs >= splitk.SATURATION_PER_SM * _num_sms(q.device)
+    if max_tokens <= SINGLE_PASS_MAX_TOKENS or full or q.shape[0] > splitk.MAX_PLANNED_BATCH:
         return "triton", 1
     return "triton_splitk", None
 
