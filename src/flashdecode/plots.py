@@ -33,6 +33,9 @@ def plot_results(results, meta, out_dir) -> list[str]:
     groups = _groups(results) or {"no uniform rows": []}
     where = meta.get("gpu") or "CPU (Triton interpreter: timings meaningless)"
     peak = meta.get("read_bandwidth_gbps")
+    # one colour per backend across every panel
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = {b: palette[i % len(palette)] for i, b in enumerate(dict.fromkeys(r["backend"] for r in results))}
     paths = []
     for fname, x_key, y_fn, y_label, x_label in (
         ("gbps_vs_seqlen.png", "max_seqlen", lambda r: r.get("gbps"), "GB/s (K+V+q+out over time)", "context length (tokens)"),
@@ -44,7 +47,7 @@ def plot_results(results, meta, out_dir) -> list[str]:
             for backend in dict.fromkeys(r["backend"] for r in recs):
                 pts = sorted((r[x_key], y_fn(r)) for r in recs if r["backend"] == backend and y_fn(r))
                 if pts:
-                    ax.plot(*zip(*pts), marker="o", label=backend)
+                    ax.plot(*zip(*pts), marker="o", label=backend, color=colors[backend])
             if peak and fname.startswith("gbps"):
                 ax.axhline(peak, color="gray", linestyle="--", linewidth=1, label=f"measured read peak {peak:.0f}")
             ax.set_xscale("log", base=2)
