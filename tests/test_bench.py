@@ -68,3 +68,10 @@ def test_anchor_preset_is_perf_md_grid():
     assert {(r.batch, r.seqlens[0], r.num_q_heads, r.num_kv_heads) for r in rows} >= {(128, 8192, 32, 8), (1, 128, 28, 4)}
     # K+V MB of PERF.md's first and last rows
     assert round(rows[0].kv_bytes() / 1e6) == 403 and round(rows[-1].kv_bytes() / 1e6) == 4295
+
+
+def test_flex_attention_peer_matches_reference(device):
+    """The flex_attention peer computes the right thing (eager on CPU; compiled on a GPU)."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    results = run_rows([Row([20, 50, 0], 8, 2, head_dim=64)], ["flex_attention"], device, progress=False)
+    assert results[0]["status"] == "ok", results[0]

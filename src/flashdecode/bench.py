@@ -107,8 +107,11 @@ PRESETS = {
 }
 
 FLASHDECODE_BACKENDS = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_naive")
-PEERS = ("torch_compile", "flashinfer", "flashinfer_tc", "flash_attn")
-GPU_DEFAULT = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn")
+PEERS = ("torch_compile", "flashinfer", "flashinfer_tc", "flash_attn", "flex_attention")
+GPU_DEFAULT = (
+    "auto", "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn",
+    "flex_attention",
+)  # fmt: skip
 CPU_DEFAULT = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_naive")
 
 
@@ -144,6 +147,10 @@ def make_backend(name: str, case, row: Row):
         from .peers import flash_attn_decode
 
         return flash_attn_decode(case)
+    if name == "flex_attention":
+        from .peers import flex_attention_decode
+
+        return flex_attention_decode(case)
     raise ValueError(f"unknown backend {name!r}; known: {FLASHDECODE_BACKENDS + PEERS}")
 
 

@@ -1,0 +1,15 @@
+"""The docstring examples of the public functions run and print what they claim."""
+
+import doctest
+
+import pytest
+
+import flashdecode.api
+import flashdecode.merge
+
+
+@pytest.mark.parametrize("module", [flashdecode.api, flashdecode.merge], ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0, f"{module.__name__} has no examples"
+    assert result.failed == 0
