@@ -150,6 +150,51 @@ def attend_range(
 
 
 @triton.jit
+def attend_group(
+    Q, K, V, BLOCK_ROW, seq, kv_head, start, end, qk_scale,
+    stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
+):  # fmt: skip
+    """Attention of the GROUP query heads of KV head ``kv_head`` of sequence ``seq`` (int64) over its tokens
+    [start, end): (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf for an empty range.
+    BLOCK_ROW: the sequence's block-table row."""
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = load_q_group(Q + seq * stride_qb, stride_qh, kv_head * GROUP, offs_h, offs_d, GROUP, HEAD_DIM)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    m_i, l_i, acc = attend_range(
+        q, m_i, l_i, acc,
+        K + kv_head.to(tl.int64) * stride_kh,
+        V + kv_head.to(tl.int64) * stride_vh,
+        BLOCK_ROW, stride_btp, start, end, qk_scale,
+        stride_kp, stride_kt, stride_vp, stride_vt, offs_d,
+        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT,
+    )  # fmt: skip
+    return finalize(m_i, l_i, acc)
+
+
+@triton.jit
+def store_group(
+    OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, num_q_heads,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):  # fmt: skip
+    """Write a group's final rows: out [BLOCK_H, BLOCK_D] in OUT's dtype (padding rows and columns masked), and the
+    LSE into the contiguous [B, Hq] fp32 buffer."""
+    offs_h = tl.arange(0, BLOCK_H)
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_h = offs_h < GROUP
+    heads = (kv_head * GROUP + offs_h).to(tl.int64)
+    out_ptrs = OUT + seq * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & (offs_d[None, :] < HEAD_DIM))
+    if WRITE_LSE:
+        tl.store(LSE + seq * num_q_heads + heads, lse, mask=mask_h)
+
+
+@triton.jit
 def finalize(m_i, l_i, acc):
     """(out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log). Empty state (l_i = 0) gives 0 and -inf."""
     empty = l_i == 0.0

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, launch_config, load_q_group
+from .triton_common import LOG2E, attend_group, dot_in_fp32, launch_config, store_group
 
 __all__ = ["decode_single"]
 
@@ -53,33 +53,16 @@ def _decode_single_kernel(
 ):
     kv_head = tl.program_id(0)
     seq = tl.program_id(1).to(tl.int64)
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
-    head0 = kv_head * GROUP
     seqlen = tl.load(SEQLENS + seq * stride_sl)
-
-    q = load_q_group(Q + seq * stride_qb, stride_qh, head0, offs_h, offs_d, GROUP, HEAD_DIM)
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    m_i, l_i, acc = attend_range(
-        q, m_i, l_i, acc,
-        K + kv_head.to(tl.int64) * stride_kh,
-        V + kv_head.to(tl.int64) * stride_vh,
-        BLOCK_TABLE + seq * stride_btb, stride_btp,
-        0, seqlen, qk_scale,
-        stride_kp, stride_kt, stride_vp, stride_vt, offs_d,
-        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT,
+    out, lse = attend_group(
+        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, 0, seqlen, qk_scale,
+        stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+        GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
     )  # fmt: skip
-    out, lse = finalize(m_i, l_i, acc)
-
-    mask_h = offs_h < GROUP
-    heads = (head0 + offs_h).to(tl.int64)
-    out_ptrs = OUT + seq * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & (offs_d[None, :] < HEAD_DIM))
-    if WRITE_LSE:
-        # LSE is a contiguous [B, Hq] fp32 buffer
-        tl.store(LSE + seq * (GROUP * tl.num_programs(0)) + heads, lse, mask=mask_h)
+    store_group(
+        OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, GROUP * tl.num_programs(0),
+        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+    )  # fmt: skip
 
 
 def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None):

@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, attend_range, dot_in_fp32, finalize, launch_config, load_q_group
+from .triton_common import LOG2E, attend_group, dot_in_fp32, launch_config, store_group
 
 __all__ = ["decode_splitk", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
 
@@ -177,37 +177,23 @@ def _partial_kernel(
         end = tl.load(PLAN + 2 * stride + chunk_id)
         single = tl.load(PLAN + stride + max_chunks + seq) == 1
     seq = seq.to(tl.int64)
-
-    offs_h = tl.arange(0, BLOCK_H)
-    offs_d = tl.arange(0, BLOCK_D)
-    head0 = kv_head * GROUP
-    q = load_q_group(Q + seq * stride_qb, stride_qh, head0, offs_h, offs_d, GROUP, HEAD_DIM)
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    m_i, l_i, acc = attend_range(
-        q, m_i, l_i, acc,
-        K + kv_head.to(tl.int64) * stride_kh,
-        V + kv_head.to(tl.int64) * stride_vh,
-        BLOCK_TABLE + seq * stride_btb, stride_btp,
-        start, end, qk_scale,
-        stride_kp, stride_kt, stride_vp, stride_vt, offs_d,
-        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT,
+    out, lse = attend_group(
+        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, start, end, qk_scale,
+        stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+        GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
     )  # fmt: skip
-    out, lse = finalize(m_i, l_i, acc)
-
-    mask_h = offs_h < GROUP
-    heads = (head0 + offs_h).to(tl.int64)
     if single:
         # the whole sequence in one chunk: this is the answer, no combine needed
-        out_ptrs = OUT + seq * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
-        tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & (offs_d[None, :] < HEAD_DIM))
-        if WRITE_LSE:
-            tl.store(LSE + seq * num_q_heads + heads, lse, mask=mask_h)
+        store_group(
+            OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, num_q_heads,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+        )  # fmt: skip
     else:
         # partials are contiguous [chunks, Hq, BLOCK_D] and [chunks, Hq]
-        rows = chunk_id.to(tl.int64) * num_q_heads + heads
-        tl.store(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], out, mask=mask_h[:, None])
+        offs_h = tl.arange(0, BLOCK_H)
+        mask_h = offs_h < GROUP
+        rows = chunk_id.to(tl.int64) * num_q_heads + kv_head * GROUP + offs_h
+        tl.store(O_PART + rows[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :], out, mask=mask_h[:, None])
         tl.store(LSE_PART + rows, lse, mask=mask_h)
 
 
