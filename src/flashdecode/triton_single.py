@@ -4,7 +4,8 @@ Each program loads the GROUP = Hq / Hkv query heads that share its KV head as on
 walks the sequence's pages BLOCK_N tokens at a time with the online softmax, and writes the normalised output
 (and the LSE). Every valid K/V byte is read exactly once: bytes = 2 * sum(seqlens) * Hkv * D * itemsize
 + q + out. Grid: (Hkv, B). With few sequences and heads the grid cannot fill the GPU; that is what
-``triton_splitk`` is for.
+``triton_splitk`` is for. Its PyTorch mirror is ``triton_splitk.splitk_partials_mirror`` with one chunk per
+sequence (the same online softmax over the whole sequence).
 """
 
 from __future__ import annotations
