@@ -89,3 +89,11 @@ def test_import_does_no_work():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_triton_on_cpu_without_interpreter_is_a_clear_error(monkeypatch, no_launch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    c = case([5, 20], 8, 2, 64, 16, torch.float16, "cpu")
+    for backend in ("triton", "triton_splitk"):
+        with pytest.raises(ValueError, match=f"backend '{backend}' needs CUDA tensors .* got device cpu"):
+            decode_attention(*c.args, backend=backend)

@@ -87,6 +87,10 @@ def decode_attention(
         out3 = out[:, 0] if out.dim() == 4 else out
         scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
         name, splits = _choose_backend(backend, num_splits, q3, k_cache, block_table)
+        if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
+            raise ValueError(
+                f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
+            )
         _BACKEND_FNS[name](q3, k_cache, v_cache, cache_seqlens, block_table, scale, out3, lse, splits)
     return (out, lse) if return_lse else out
 
