@@ -28,16 +28,6 @@ class PagedCase:
     def args(self):
         return self.q, self.k_cache, self.v_cache, self.cache_seqlens, self.block_table
 
-    def kv_bytes(self) -> int:
-        """Bytes of K and V that the valid tokens occupy (what a kernel must read), from the actual lengths."""
-        tokens = int(self.cache_seqlens.sum())
-        num_kv_heads, head_dim = self.k_cache.shape[2], self.k_cache.shape[3]
-        return 2 * tokens * num_kv_heads * head_dim * self.k_cache.element_size()
-
-    def io_bytes(self) -> int:
-        """K + V of the valid tokens plus q read and out written: the bytes a decode call must move."""
-        return self.kv_bytes() + 2 * self.q.numel() * self.q.element_size()
-
 
 def random_paged_case(
     seqlens,

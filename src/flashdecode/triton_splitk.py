@@ -38,8 +38,6 @@ from .triton_common import LOG2E, attend_group, dot_in_fp32, launch_config, stor
 
 __all__ = ["decode_splitk", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
 
-# forced splits beyond this add combine work and partial traffic for no extra parallelism on any current GPU
-MAX_SPLITS = 256
 # planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth...
 SATURATION_PER_SM = 4
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
