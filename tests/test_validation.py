@@ -31,7 +31,7 @@ def _call(c, **over):
 CASES = [
     ("q rank", lambda c: dict(q=c.q[0]), ValueError, r"q must be \[B, Hq, D\] or \[B, 1, Hq, D\], got 2 dims"),
     ("q_len", lambda c: dict(q=c.q[:, None].expand(2, 3, 8, 64)), ValueError, "must have q_len 1, got q_len 3"),
-    ("k rank", lambda c: dict(k_cache=c.k_cache[0]), ValueError, r"k_cache must be \[num_pages, page_size, Hkv, D\], got 3 dims"),
+    ("k rank", lambda c: dict(k_cache=c.k_cache[0]), ValueError, r"k_cache must be \[num_pages, page_size, Hkv, D\] \(kv_layout 'NHD'\), got 3 dims"),
     ("seqlens rank", lambda c: dict(cache_seqlens=c.cache_seqlens[:, None]), ValueError, r"cache_seqlens must be \[B\], got 2 dims"),
     ("table rank", lambda c: dict(block_table=c.block_table[0]), ValueError, r"block_table must be \[B, max_pages\], got 1 dims"),
     ("group", lambda c: dict(q=c.q[:, :7]), ValueError, "q's 7 heads must be a multiple of k_cache's 2 KV heads"),
@@ -55,6 +55,13 @@ CASES = [
     ("splits single", lambda c: dict(num_splits=4, backend="triton"), ValueError, "num_splits=4 needs backend 'triton_splitk' or 'auto'"),
     ("scale", lambda c: dict(softmax_scale="0.1"), TypeError, "softmax_scale must be None or a float, got str"),
     ("not a tensor", lambda c: dict(block_table=[[0]]), TypeError, "block_table must be a torch.Tensor, got list"),
+    ("layout", lambda c: dict(kv_layout="NDH"), ValueError, r"kv_layout must be one of \('NHD', 'HND'\), got 'NDH'"),
+    ("HND heads", lambda c: dict(kv_layout="HND"), ValueError, r"q's 8 heads must be a multiple of k_cache's 16 KV heads \(dim 1 of \(\d+, 16, 2, 64\), kv_layout 'HND'\)"),
+    ("dense batch", lambda c: dict(block_table=None), ValueError, "a dense k_cache .block_table=None. must have q's batch size 2 in dim 0"),
+    ("dense rank", lambda c: dict(block_table=None, k_cache=c.k_cache[0]), ValueError, r"k_cache must be \[B, max_len, Hkv, D\]"),
+    ("deterministic type", lambda c: dict(deterministic=1), TypeError, "deterministic must be a bool, got int"),
+    ("deterministic splits", lambda c: dict(deterministic=True, num_splits=2), ValueError, "num_splits must be None, got 2"),
+    ("deterministic sdpa", lambda c: dict(deterministic=True, backend="torch_sdpa"), ValueError, "deterministic=True is not offered by backend 'torch_sdpa'"),
     ("device", lambda c: dict(cache_seqlens=c.cache_seqlens.to("meta")), ValueError, "cache_seqlens must be on q's device"),
 ]
 

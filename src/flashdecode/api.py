@@ -24,6 +24,8 @@ __all__ = ["decode_attention", "BACKENDS"]
 SINGLE_PASS_MAX_TOKENS = 256
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
+DETERMINISTIC = object()
 
 
 def decode_attention(
@@ -38,6 +40,8 @@ def decode_attention(
     num_splits=None,
     out=None,
     return_lse=False,
+    kv_layout="NHD",
+    deterministic=False,
 ):
     """Attention of one new query token per sequence over a paged KV cache.
 
@@ -47,10 +51,13 @@ def decode_attention(
 
     Args:
         q: [B, Hq, D] or [B, 1, Hq, D], float16, bfloat16 or float32; any strides with a contiguous last dim.
-        k_cache, v_cache: [num_pages, page_size, Hkv, D], q's dtype; Hq must be a multiple of Hkv.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D] (kv_layout "NHD") or [num_pages, Hkv, page_size, D]
+            ("HND"), q's dtype; Hq must be a multiple of Hkv. Any strides with a contiguous last dim: k and v may
+            be views of one buffer. With block_table=None, a dense cache [B, max_len, Hkv, D] ("HND":
+            [B, Hkv, max_len, D]): sequence b's tokens are rows 0 .. cache_seqlens[b] - 1 of k_cache[b].
         cache_seqlens: [B] int32, valid tokens per sequence (0 allowed).
-        block_table: [B, max_pages] int32 page ids. Entries at index >= ceil(cache_seqlens[b] / page_size) are
-            never read, so they may be -1 or garbage.
+        block_table: [B, max_pages] int32 page ids, or None for a dense cache. Entries at index
+            >= ceil(cache_seqlens[b] / page_size) are never read, so they may be -1 or garbage.
         softmax_scale: defaults to 1 / sqrt(D).
         backend: one of ``flashdecode.BACKENDS``: "auto", "reference" (float64 on CPU), "torch_naive",
             "torch_sdpa", "triton" (single pass), "triton_splitk" (flash-decoding).
@@ -58,6 +65,10 @@ def decode_attention(
             Forcing more than 1 needs backend "auto" or "triton_splitk"; the PyTorch backends ignore it.
         out: optional buffer with q's shape, dtype and device to write into.
         return_lse: also return the natural-log LSE [B, Hq] float32.
+        kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
+        deterministic: each sequence's output is bit-identical whatever else is in the batch: split boundaries
+            fall every ``triton_splitk.DETERMINISTIC_SPLIT_TOKENS`` tokens of the sequence's own length and the
+            combine sums in a fixed order (docs/design.md). Not with ``num_splits`` or backend "torch_sdpa".
 
     Returns:
         out with q's shape and dtype, or (out, lse) when return_lse. A sequence with 0 tokens gives out = 0 and
@@ -76,7 +87,10 @@ def decode_attention(
         >>> out.shape, lse[1].tolist()[:2]
         (torch.Size([2, 8, 64]), [-inf, -inf])
     """
-    _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, backend, num_splits, out)
+    _validate_options(backend, num_splits, softmax_scale, kv_layout, deterministic)
+    dense = block_table is None
+    k_cache, v_cache, block_table = _as_paged(q, k_cache, v_cache, block_table, kv_layout)
+    _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense)
     batch, num_q_heads, head_dim = q.shape[0], q.shape[-2], q.shape[-1]
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -86,7 +100,7 @@ def decode_attention(
         q3 = q[:, 0] if q.dim() == 4 else q
         out3 = out[:, 0] if out.dim() == 4 else out
         scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-        name, splits = _choose_backend(backend, num_splits, q3, k_cache, block_table)
+        name, splits = _choose_backend(backend, num_splits, q3, k_cache, block_table, deterministic)
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -103,8 +117,14 @@ def _kernels():
     return triton_common, triton_single, triton_splitk
 
 
-def _choose_backend(backend, num_splits, q, k_cache, block_table):
-    """(backend name, num_splits) for this call; "auto" resolved as the module docstring says."""
+def _choose_backend(backend, num_splits, q, k_cache, block_table, deterministic=False):
+    """(backend name, num_splits) for this call; "auto" resolved as the module docstring says. num_splits
+    DETERMINISTIC asks triton_splitk for splits of a fixed number of tokens."""
+    if deterministic and backend in ("auto", "triton_splitk"):
+        if backend == "auto" and not (q.is_cuda or _kernels()[0].interpreting()):
+            # loops over sequences, the same ops for each whatever the batch
+            return "torch_naive", None
+        return "triton_splitk", DETERMINISTIC
     if backend != "auto":
         return backend, num_splits
     common, single, splitk = _kernels()
@@ -151,11 +171,14 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
 
 def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
     splitk = _kernels()[2]
-    if num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH:
+    split_tokens = None
+    if num_splits is DETERMINISTIC:
+        num_splits, split_tokens = None, splitk.DETERMINISTIC_SPLIT_TOKENS
+    elif num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH:
         num_splits = 1
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
-        num_splits=num_splits, num_sms=_num_sms(q.device),
+        num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device),
     )  # fmt: skip
 
 
@@ -168,15 +191,8 @@ _BACKEND_FNS = {
 }
 
 
-def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, backend, num_splits, out):
-    """Raise TypeError / ValueError naming the argument, the expected and the actual value."""
-    named = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, block_table=block_table)
-    if out is not None:
-        named["out"] = out
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-
+def _validate_options(backend, num_splits, softmax_scale, kv_layout, deterministic):
+    """The non-tensor arguments: TypeError / ValueError naming the argument and the value."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if num_splits is not None:
@@ -188,15 +204,57 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, ba
             raise ValueError(f"num_splits={num_splits} needs backend 'triton_splitk' or 'auto', got 'triton'")
     if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float))):
         raise TypeError(f"softmax_scale must be None or a float, got {type(softmax_scale).__name__}")
+    if kv_layout not in _LAYOUTS:
+        raise ValueError(f"kv_layout must be one of {tuple(_LAYOUTS)}, got {kv_layout!r}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
+    if deterministic and num_splits is not None:
+        raise ValueError(f"deterministic=True picks its own splits; num_splits must be None, got {num_splits}")
+    if deterministic and backend == "torch_sdpa":
+        raise ValueError("deterministic=True is not offered by backend 'torch_sdpa' (its fused kernels may change "
+                         "with the batch); use 'auto', 'triton', 'triton_splitk', 'torch_naive' or 'reference'")
+
+
+# k_cache dims per layout, for messages, and where the page-size and head dims sit
+_LAYOUTS = {"NHD": ("[num_pages, page_size, Hkv, D]", 1, 2), "HND": ("[num_pages, Hkv, page_size, D]", 2, 1)}
+
+
+def _as_paged(q, k_cache, v_cache, block_table, kv_layout):
+    """Views of the caches as NHD pages and a block table, whatever layout the caller gave: no copies.
+
+    HND pages are the NHD pages with dims 1 and 2 swapped (the kernels take every stride). A dense cache
+    (block_table None) [B, max_len, Hkv, D] is B pages of max_len tokens, sequence b in page b.
+    """
+    if block_table is None and isinstance(q, torch.Tensor) and q.dim() > 0:
+        block_table = torch.arange(q.shape[0], dtype=torch.int32, device=q.device)[:, None]
+    if kv_layout == "HND" and all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (k_cache, v_cache)):
+        k_cache, v_cache = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+    return k_cache, v_cache, block_table
+
+
+def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="NHD", dense=False):
+    """Raise TypeError / ValueError naming the argument, the expected and the actual value.
+
+    Takes the caches after ``_as_paged`` (NHD views), so shapes are read in one order; messages name the
+    caller's layout (``dense``: block_table was None)."""
+    named = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, block_table=block_table)
+    if out is not None:
+        named["out"] = out
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
 
     # ranks
     if q.dim() not in (3, 4):
         raise ValueError(f"q must be [B, Hq, D] or [B, 1, Hq, D], got {q.dim()} dims {tuple(q.shape)}")
     if q.dim() == 4 and q.shape[1] != 1:
         raise ValueError(f"q as [B, q_len, Hq, D] must have q_len 1, got q_len {q.shape[1]} (shape {tuple(q.shape)})")
+    dims = _LAYOUTS[kv_layout][0]
+    if dense:
+        dims = dims.replace("num_pages", "B").replace("page_size", "max_len")
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dim() != 4:
-            raise ValueError(f"{name} must be [num_pages, page_size, Hkv, D], got {t.dim()} dims {tuple(t.shape)}")
+            raise ValueError(f"{name} must be {dims} (kv_layout {kv_layout!r}), got {t.dim()} dims {tuple(t.shape)}")
     if cache_seqlens.dim() != 1:
         raise ValueError(f"cache_seqlens must be [B], got {cache_seqlens.dim()} dims {tuple(cache_seqlens.shape)}")
     if block_table.dim() != 2:
@@ -217,17 +275,25 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, ba
         if t.device != q.device:
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
 
-    # shapes
+    # shapes (k_cache is an NHD view here; report the caller's dims)
     batch, num_q_heads, head_dim = q.shape[0], q.shape[-2], q.shape[-1]
+    _, page_dim, head_dim_kv = _LAYOUTS[kv_layout]
+    shown = tuple(k_cache.transpose(1, 2).shape) if kv_layout == "HND" else tuple(k_cache.shape)
     if k_cache.shape != v_cache.shape:
-        raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
+        shown_v = tuple(v_cache.transpose(1, 2).shape) if kv_layout == "HND" else tuple(v_cache.shape)
+        raise ValueError(f"v_cache must have k_cache's shape {shown}, got {shown_v}")
     num_kv_heads = k_cache.shape[2]
     if k_cache.shape[3] != head_dim:
         raise ValueError(f"k_cache head_dim must equal q's head_dim {head_dim}, got {k_cache.shape[3]}")
     if num_kv_heads == 0 or num_q_heads % num_kv_heads != 0:
-        raise ValueError(f"q's {num_q_heads} heads must be a multiple of k_cache's {num_kv_heads} KV heads")
+        raise ValueError(f"q's {num_q_heads} heads must be a multiple of k_cache's {num_kv_heads} KV heads "
+                         f"(dim {head_dim_kv} of {shown}, kv_layout {kv_layout!r})")
     if head_dim == 0 or k_cache.shape[1] == 0:
-        raise ValueError(f"head_dim and page_size must be > 0, got head_dim {head_dim}, page_size {k_cache.shape[1]}")
+        raise ValueError(f"head_dim and page_size must be > 0, got head_dim {head_dim}, page_size {k_cache.shape[1]} "
+                         f"(dim {page_dim} of {shown}, kv_layout {kv_layout!r})")
+    if dense and k_cache.shape[0] != batch:
+        raise ValueError(f"a dense k_cache (block_table=None) must have q's batch size {batch} in dim 0, "
+                         f"got {k_cache.shape[0]}")
     for name, t in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
         if t.shape[0] != batch:
             raise ValueError(f"{name} must have q's batch size {batch} in dim 0, got {t.shape[0]}")

@@ -21,6 +21,11 @@ Two ways to cut, one kernel:
   written straight to the output by its partial program; the combine skips it.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
+* deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
+  [s * T, (s + 1) * T): boundaries depend on the sequence's own length only, and S = ceil(table capacity / T)
+  slots per sequence (the empty ones add exact zeros in the combine, whose blocks and order never change), so a
+  sequence's output is bit-identical whatever else is in the batch. The grid is sized from the table's capacity:
+  the price of the guarantee (docs/design.md).
 
 Bytes: the valid K/V once, plus 2 * chunks * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences.
 Grids: planner (slots / 64); partial (slots, Hkv); combine (Hq, B).
@@ -48,6 +53,8 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
+# deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
+DETERMINISTIC_SPLIT_TOKENS = 1024
 
 
 @triton.jit
@@ -143,6 +150,7 @@ def _partial_kernel(
     stride_ob,
     stride_oh,
     NUM_SPLITS: tl.constexpr,
+    SPLIT_TOKENS: tl.constexpr,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
@@ -161,7 +169,10 @@ def _partial_kernel(
         # fixed: split s of sequence b, boundaries from the sequence's own length (see split_bounds)
         seq = chunk_id // NUM_SPLITS
         seqlen = tl.load(SEQLENS + seq * stride_sl)
-        tiles_per_split = tl.cdiv(tl.cdiv(seqlen, BLOCK_N), NUM_SPLITS)
+        if SPLIT_TOKENS > 0:
+            tiles_per_split = SPLIT_TOKENS // BLOCK_N
+        else:
+            tiles_per_split = tl.cdiv(tl.cdiv(seqlen, BLOCK_N), NUM_SPLITS)
         start = (chunk_id % NUM_SPLITS) * tiles_per_split * BLOCK_N
         end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
         single = False
@@ -270,9 +281,10 @@ def num_candidates(max_tokens: int, block_n: int) -> int:
     return triton.next_power_of_2(k)
 
 
-def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, int]]:
-    """Fixed mode: [start, end) of each split of one sequence, exactly as the partial kernel computes them."""
-    tiles_per_split = triton.cdiv(triton.cdiv(seqlen, block_n), num_splits)
+def split_bounds(seqlen: int, num_splits: int, block_n: int, split_tokens: int = 0) -> list[tuple[int, int]]:
+    """Fixed (and deterministic, split_tokens > 0) mode: [start, end) of each split of one sequence, exactly as
+    the partial kernel computes them."""
+    tiles_per_split = split_tokens // block_n if split_tokens else triton.cdiv(triton.cdiv(seqlen, block_n), num_splits)
     bounds = []
     for split in range(num_splits):
         start = split * tiles_per_split * block_n
@@ -297,13 +309,14 @@ def chunk_plan(seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand) ->
 
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
-    config=None, return_partials=False,
+    config=None, return_partials=False, split_tokens=None,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
     Args: as ``triton_single.decode_single`` (config overrides ``launch_config``), plus
         num_splits: None for the planned mode, or S >= 1 for S splits per sequence (fixed mode).
         num_sms: SMs to plan for (planned mode); defaults to the device's.
+        split_tokens: deterministic mode: splits of this many tokens (a multiple of BLOCK_N); num_splits must be None.
         return_partials: also return the fp32 partial outputs [chunks, Hq, BLOCK_D] and LSEs [chunks, Hq]
             (tests; in the planned mode, single-chunk sequences go straight to ``out`` and leave their rows unset).
     """
@@ -316,11 +329,15 @@ def decode_splitk(
     cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    max_tokens = block_table.shape[1] * page_size
+    if split_tokens:
+        assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
+        num_splits = max(1, triton.cdiv(max_tokens, split_tokens))
     if num_splits is None:
         chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms), 0
     else:
         chunks, fixed = batch * num_splits, num_splits
-    num_cand = num_candidates(block_table.shape[1] * page_size, cfg["BLOCK_N"])
+    num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
     o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
     lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
     lse_arg = lse if lse is not None else lse_part
@@ -342,14 +359,15 @@ def decode_splitk(
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
+        NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
         **cfg,
     )  # fmt: skip
     _combine_kernel[(num_q_heads, batch)](
         o_part, lse_part, out, lse_arg, plan, batch, chunks, out.stride(0), out.stride(1),
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
-        BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 else COMBINE_BLOCK_S,
+        # deterministic: always full blocks, so the summation tree does not depend on the slot count
+        BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 and not split_tokens else COMBINE_BLOCK_S,
         BLOCK_D=cfg["BLOCK_D"], WRITE_LSE=lse is not None,
     )  # fmt: skip
     if return_partials:
