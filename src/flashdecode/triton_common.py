@@ -39,6 +39,37 @@ def dot_in_fp32(dtype) -> bool:
     return dtype == torch.float32 or interpreting()
 
 
+def use_pdl(device) -> bool:
+    """Whether to chain the split-K launches with programmatic dependent launch (Hopper and newer, not under the
+    interpreter): a kernel launched with it is scheduled while its predecessor still runs and waits in
+    ``wait_for_previous`` before touching memory, so the launch gap between planner, partial and combine shrinks.
+    ``PDL`` (module attribute) switches it off for measurements."""
+    import torch
+
+    if not PDL or interpreting() or device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+PDL = True
+
+
+@triton.jit
+def wait_for_previous(USE_PDL: tl.constexpr):
+    """With PDL: block until the previous kernel in the stream has finished and its writes are visible. Called
+    before the first global load of a kernel launched with launch_pdl=True."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
+def let_next_start(USE_PDL: tl.constexpr):
+    """With PDL: allow the next kernel (launched with launch_pdl=True) to be scheduled now; it still waits for
+    this one's completion in ``wait_for_previous`` before reading anything."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
 # below this many query heads per KV head, products run on the CUDA cores instead of tl.dot. Measured on the H200
 # (scripts/sweep.py): tl.dot won even for MHA (group 1 padded to 16 rows), so every group uses it
 DOT_MIN_GROUP = 1

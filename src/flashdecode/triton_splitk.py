@@ -39,7 +39,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, attend_group, dot_in_fp32, launch_config, store_group
+from .triton_common import (
+    LOG2E,
+    attend_group,
+    dot_in_fp32,
+    launch_config,
+    let_next_start,
+    store_group,
+    use_pdl,
+    wait_for_previous,
+)
 
 __all__ = ["decode_splitk", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
 
@@ -53,6 +62,8 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
+# the combine splits the head dim over this many programs (more programs for few (sequence, head) pairs)
+COMBINE_D_BLOCKS = 1
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -93,7 +104,7 @@ def _chunk_layout(
 def _plan_kernel(
     SEQLENS, PLAN, batch, num_kv_heads, num_sms, max_chunks, stride_sl,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
@@ -160,10 +171,14 @@ def _partial_kernel(
     DOT_F32: tl.constexpr,
     USE_DOT: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1)
     num_q_heads = GROUP * tl.num_programs(1)
+    # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
+    wait_for_previous(USE_PDL)
+    let_next_start(USE_PDL)
 
     if NUM_SPLITS > 0:
         # fixed: split s of sequence b, boundaries from the sequence's own length (see split_bounds)
@@ -221,11 +236,16 @@ def _combine_kernel(
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    BLOCK_DC: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    # grid (Hq, B, BLOCK_D / BLOCK_DC): each program merges BLOCK_DC columns of one (query head, sequence)
     head = tl.program_id(0)
     seq = tl.program_id(1)
+    d0 = tl.program_id(2) * BLOCK_DC
     num_q_heads = tl.num_programs(0)
+    wait_for_previous(USE_PDL)
     if NUM_SPLITS > 0:
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
@@ -236,12 +256,12 @@ def _combine_kernel(
             # written by its partial program
             return
     offs_s = tl.arange(0, BLOCK_S)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = d0 + tl.arange(0, BLOCK_DC)
 
     # the online softmax again, over the chunks' LSEs (natural log): running max, sum and weighted output
     m_i = tl.max(tl.full([BLOCK_S], float("-inf"), tl.float32), axis=0)
     l_i = tl.sum(tl.zeros([BLOCK_S], tl.float32), axis=0)
-    acc = tl.zeros([BLOCK_D], tl.float32)
+    acc = tl.zeros([BLOCK_DC], tl.float32)
     for s0 in range(0, count, BLOCK_S):
         mask_s = s0 + offs_s < count
         rows = (first + s0 + offs_s).to(tl.int64) * num_q_heads + head
@@ -263,7 +283,7 @@ def _combine_kernel(
     seq = seq.to(tl.int64)
     out_ptrs = OUT + seq * stride_ob + head.to(tl.int64) * stride_oh + offs_d
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
-    if WRITE_LSE:
+    if WRITE_LSE and d0 == 0:
         lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
         tl.store(LSE + seq * num_q_heads + head, lse)
 
@@ -343,13 +363,14 @@ def decode_splitk(
     lse_arg = lse if lse is not None else lse_part
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
     plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
+    pdl = use_pdl(q.device)
     if not fixed:
         block_i = 64
         _plan_kernel[(triton.cdiv(chunks, block_i),)](
             cache_seqlens, plan, batch, num_kv_heads, num_sms, chunks, cache_seqlens.stride(0),
             BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=cfg["BLOCK_N"],
             LOG2_BLOCK_N=cfg["BLOCK_N"].bit_length() - 1, NUM_CAND=num_cand,
-            SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
+            SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i, USE_PDL=pdl,
         )  # fmt: skip
     _partial_kernel[(chunks, num_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out, lse_arg,
@@ -360,15 +381,17 @@ def decode_splitk(
         cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
-        **cfg,
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, USE_PDL=pdl,
+        **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
     )  # fmt: skip
-    _combine_kernel[(num_q_heads, batch)](
+    d_blocks = COMBINE_D_BLOCKS if cfg["BLOCK_D"] % (16 * COMBINE_D_BLOCKS) == 0 else 1
+    _combine_kernel[(num_q_heads, batch, d_blocks)](
         o_part, lse_part, out, lse_arg, plan, batch, chunks, out.stride(0), out.stride(1),
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         # deterministic: always full blocks, so the summation tree does not depend on the slot count
         BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 and not split_tokens else COMBINE_BLOCK_S,
-        BLOCK_D=cfg["BLOCK_D"], WRITE_LSE=lse is not None,
+        BLOCK_D=cfg["BLOCK_D"], BLOCK_DC=cfg["BLOCK_D"] // d_blocks, WRITE_LSE=lse is not None, USE_PDL=pdl,
+        **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
