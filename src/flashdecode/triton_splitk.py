@@ -308,14 +308,18 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int) -> list[tuple[int, 
     return bounds
 
 
-def chunk_plan(seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand) -> list[tuple[int, int, int]]:
-    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts."""
+def chunk_plan(
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None
+) -> list[tuple[int, int, int]]:
+    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
+    (saturation: the planner's programs per SM, SATURATION_PER_SM unless given)."""
+    saturation = SATURATION_PER_SM if saturation is None else saturation
     max_len = max(seqlens, default=0)
     best = None
     for k in range(num_cand):
         cand = block_n << k
         count = sum(triton.cdiv(n, cand) for n in seqlens)
-        cost = max(triton.cdiv(count * num_kv_heads, num_sms), SATURATION_PER_SM) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
+        cost = max(triton.cdiv(count * num_kv_heads, num_sms), saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
