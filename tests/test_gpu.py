@@ -9,7 +9,7 @@ from flashdecode import decode_attention
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (runs natively on the H200)")
 
 
-@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk", "torch_sdpa"])
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk", "triton_tma", "torch_sdpa"])
 def test_no_host_sync(backend):
     c = case([100, 3000, 17], 32, 8, 128, 16, torch.bfloat16, "cuda")
     decode_attention(*c.args, backend=backend)  # compile first: the compiler may sync
@@ -21,7 +21,7 @@ def test_no_host_sync(backend):
         torch.cuda.set_sync_debug_mode("default")
 
 
-@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk"])
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk", "triton_tma"])
 def test_cuda_graph_replay_with_growing_lengths(backend):
     """Capture at short lengths, replay after the lengths grew (more tiles, more pages): equals eager calls."""
     c = case([2000, 5000, 700], 16, 2, 128, 16, torch.bfloat16, "cuda", seed=7)

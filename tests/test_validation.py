@@ -80,7 +80,7 @@ def test_batch_zero_launches_nothing(device, no_launch):
 
 def test_backends_listed():
     assert flashdecode.BACKENDS == BACKENDS
-    assert set(BACKENDS) == {"auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk"}
+    assert set(BACKENDS) == {"auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma"}
     assert set(api._BACKEND_FNS) == set(BACKENDS) - {"auto"}
 
 

@@ -22,7 +22,7 @@ __all__ = ["decode_attention", "BACKENDS"]
 # sequences that can hold at most this many tokens (table width x page size) run single-pass: a split would add a
 # combine launch to a call that takes a few microseconds (measured: docs/design.md)
 SINGLE_PASS_MAX_TOKENS = 256
-BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk")
+BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
 DETERMINISTIC = object()
@@ -60,9 +60,10 @@ def decode_attention(
             >= ceil(cache_seqlens[b] / page_size) are never read, so they may be -1 or garbage.
         softmax_scale: defaults to 1 / sqrt(D).
         backend: one of ``flashdecode.BACKENDS``: "auto", "reference" (float64 on CPU), "torch_naive",
-            "torch_sdpa", "triton" (single pass), "triton_splitk" (flash-decoding).
+            "torch_sdpa", "triton" (single pass), "triton_splitk" (flash-decoding), "triton_tma" (flash-decoding with
+            TMA page loads; compute capability >= 9.0, page_size a power of two in [16, 256]).
         num_splits: None picks automatically; an int >= 1 forces the number of splits per sequence (1 = none).
-            Forcing more than 1 needs backend "auto" or "triton_splitk"; the PyTorch backends ignore it.
+            Forcing more than 1 needs backend "auto", "triton_splitk" or "triton_tma"; the PyTorch backends ignore it.
         out: optional buffer with q's shape, dtype and device to write into.
         return_lse: also return the natural-log LSE [B, Hq] float32.
         kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
@@ -182,12 +183,26 @@ def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, o
     )  # fmt: skip
 
 
+def _run_triton_tma(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
+    from . import triton_tma
+
+    # TMA limits (compute capability, page size, alignment) as ValueErrors before any launch
+    triton_tma.check_supported(q, k_cache, v_cache)
+    if num_splits is None and q.shape[0] > triton_tma.MAX_PLANNED_BATCH:
+        num_splits = 1
+    triton_tma.decode_tma(
+        q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
+        num_splits=num_splits, num_sms=_num_sms(q.device),
+    )  # fmt: skip
+
+
 _BACKEND_FNS = {
     "reference": _from_torch(reference.reference_dense),
     "torch_naive": _from_torch(torch_baselines.torch_naive),
     "torch_sdpa": _from_torch(torch_baselines.torch_sdpa),
     "triton": _run_triton,
     "triton_splitk": _run_triton_splitk,
+    "triton_tma": _run_triton_tma,
 }
 
 

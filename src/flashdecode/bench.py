@@ -106,7 +106,7 @@ PRESETS = {
     ],
 }
 
-FLASHDECODE_BACKENDS = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_naive")
+FLASHDECODE_BACKENDS = ("auto", "triton", "triton_splitk", "triton_tma", "torch_sdpa", "torch_naive")
 PEERS = ("torch_compile", "flashinfer", "flashinfer_tc", "flash_attn", "flex_attention")
 GPU_DEFAULT = (
     "auto", "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn",

@@ -71,7 +71,14 @@ def cmd_run(args) -> int:
     tolerance = output_tolerance(case.args, ref_out)
     rows, failed = [], 0
     for backend in BACKENDS:
-        out = decode_attention(*case.args, backend=backend)
+        try:
+            out = decode_attention(*case.args, backend=backend)
+        except ValueError as e:
+            # triton_tma needs Hopper and TMA-friendly pages: say so instead of failing the run
+            if backend != "triton_tma":
+                raise
+            print(f"{backend}: not run: {e}")
+            continue
         ok, err = check_output(out, ref_out, tolerance)
         failed += not ok
         rel = float((out.double().cpu() - ref_out).norm() / ref_out.norm().clamp_min(1e-30))

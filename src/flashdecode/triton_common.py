@@ -4,6 +4,7 @@
   padding rows and columns masked to 0 so that ``tl.dot`` can run at its minimum tile height of 16.
 * ``attend_range``: the online-softmax walk over tokens [start, end) of one sequence's paged K/V, in base-2
   (scores are pre-multiplied by scale * log2(e), so exp(x) becomes exp2) with fp32 state.
+* ``softmax_step``: one online-softmax update from a tile of scores (shared by every kernel's walk).
 * ``finalize``: out = acc / l and the natural-log LSE, with 0 / -inf for an empty range, never NaN.
 
 State names follow the papers: ``m_i`` running max (log2 units), ``l_i`` running sum, ``acc`` the unnormalised
@@ -110,6 +111,17 @@ def load_q_group(Q, stride_qh, head0, offs_h, offs_d, GROUP: tl.constexpr, HEAD_
 
 
 @triton.jit
+def softmax_step(m_i, l_i, s):
+    """One online-softmax step over a tile of scores s [BLOCK_H, N] (log2 units, -inf for padding tokens, at least
+    one finite per row after the first tile): (m_new, alpha, p, l_new) with alpha = exp2(m_i - m_new) the rescale
+    of the old state and p = exp2(s - m_new) [BLOCK_H, N]. The caller updates acc = acc * alpha + p . V."""
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    return m_new, alpha, p, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
 def attend_range(
     q,
     m_i,
@@ -166,10 +178,7 @@ def attend_range(
             s = tl.dot(q, tl.trans(k))
         # [BLOCK_H, BLOCK_N] scores in log2 units; padding tokens get -inf so exp2 gives exactly 0
         s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s)
         if not USE_DOT:
             acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         elif DOT_F32:

@@ -133,6 +133,58 @@ def _plan_kernel(
 
 
 @triton.jit
+def fixed_chunk(
+    SEQLENS, stride_sl, chunk_id, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr = 0
+):
+    """Fixed mode: (seq, start, end) of chunk chunk_id = split s of sequence b, boundaries on BLOCK_N-tile edges
+    from the sequence's own length (the rule of ``split_bounds``); SPLIT_TOKENS > 0 (deterministic mode): splits
+    of that many tokens."""
+    seq = chunk_id // NUM_SPLITS
+    seqlen = tl.load(SEQLENS + seq * stride_sl)
+    if SPLIT_TOKENS > 0:
+        tiles_per_split = SPLIT_TOKENS // BLOCK_N
+    else:
+        tiles_per_split = tl.cdiv(tl.cdiv(seqlen, BLOCK_N), NUM_SPLITS)
+    start = (chunk_id % NUM_SPLITS) * tiles_per_split * BLOCK_N
+    end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
+    return seq, start, end
+
+
+@triton.jit
+def planned_chunk(PLAN, chunk_id, seq, batch, max_chunks):
+    """Planned mode: (start, end, single) of a used chunk slot of sequence seq, as _plan_kernel wrote them; single
+    when the chunk is the whole sequence (its program writes the final output)."""
+    stride = max_chunks + batch
+    start = tl.load(PLAN + stride + chunk_id)
+    end = tl.load(PLAN + 2 * stride + chunk_id)
+    single = tl.load(PLAN + stride + max_chunks + seq) == 1
+    return start, end, single
+
+
+@triton.jit
+def store_chunk(
+    O_PART, LSE_PART, OUT, LSE, chunk_id, seq, kv_head, out, lse, single, stride_ob, stride_oh, num_q_heads,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
+):  # fmt: skip
+    """A chunk's result for one GQA group (out [BLOCK_H, BLOCK_D] fp32 normalised, lse [BLOCK_H] natural log):
+    straight to OUT / LSE when the chunk is its whole sequence, else to the fp32 partials that _combine_kernel
+    merges (contiguous [chunks, Hq, BLOCK_D] and [chunks, Hq])."""
+    if single:
+        # the whole sequence in one chunk: this is the answer, no combine needed
+        store_group(
+            OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, num_q_heads,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+        )  # fmt: skip
+    else:
+        offs_h = tl.arange(0, BLOCK_H)
+        mask_h = offs_h < GROUP
+        rows = chunk_id.to(tl.int64) * num_q_heads + kv_head * GROUP + offs_h
+        tl.store(O_PART + rows[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :], out, mask=mask_h[:, None])
+        tl.store(LSE_PART + rows, lse, mask=mask_h)
+
+
+@triton.jit
 def _partial_kernel(
     Q,
     K,
@@ -181,44 +233,24 @@ def _partial_kernel(
     let_next_start(USE_PDL)
 
     if NUM_SPLITS > 0:
-        # fixed: split s of sequence b, boundaries from the sequence's own length (see split_bounds)
-        seq = chunk_id // NUM_SPLITS
-        seqlen = tl.load(SEQLENS + seq * stride_sl)
-        if SPLIT_TOKENS > 0:
-            tiles_per_split = SPLIT_TOKENS // BLOCK_N
-        else:
-            tiles_per_split = tl.cdiv(tl.cdiv(seqlen, BLOCK_N), NUM_SPLITS)
-        start = (chunk_id % NUM_SPLITS) * tiles_per_split * BLOCK_N
-        end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
+        seq, start, end = fixed_chunk(SEQLENS, stride_sl, chunk_id, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS)
         single = False
     else:
         # planned: the cut _plan_kernel wrote (sequence B marks an unused slot)
-        stride = max_chunks + batch
         seq = tl.load(PLAN + chunk_id)
         if seq >= batch:
             return
-        start = tl.load(PLAN + stride + chunk_id)
-        end = tl.load(PLAN + 2 * stride + chunk_id)
-        single = tl.load(PLAN + stride + max_chunks + seq) == 1
+        start, end, single = planned_chunk(PLAN, chunk_id, seq, batch, max_chunks)
     seq = seq.to(tl.int64)
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, start, end, qk_scale,
         stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
     )  # fmt: skip
-    if single:
-        # the whole sequence in one chunk: this is the answer, no combine needed
-        store_group(
-            OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, num_q_heads,
-            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
-        )  # fmt: skip
-    else:
-        # partials are contiguous [chunks, Hq, BLOCK_D] and [chunks, Hq]
-        offs_h = tl.arange(0, BLOCK_H)
-        mask_h = offs_h < GROUP
-        rows = chunk_id.to(tl.int64) * num_q_heads + kv_head * GROUP + offs_h
-        tl.store(O_PART + rows[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :], out, mask=mask_h[:, None])
-        tl.store(LSE_PART + rows, lse, mask=mask_h)
+    store_chunk(
+        O_PART, LSE_PART, OUT, LSE, chunk_id, seq, kv_head, out, lse, single, stride_ob, stride_oh, num_q_heads,
+        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -312,19 +344,55 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int, split_tokens: int =
     return bounds
 
 
-def chunk_plan(seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand) -> list[tuple[int, int, int]]:
-    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts."""
+def chunk_plan(
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None
+) -> list[tuple[int, int, int]]:
+    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
+    (saturation: the planner's programs per SM, SATURATION_PER_SM unless given)."""
+    saturation = SATURATION_PER_SM if saturation is None else saturation
     max_len = max(seqlens, default=0)
     best = None
     for k in range(num_cand):
         cand = block_n << k
         count = sum(triton.cdiv(n, cand) for n in seqlens)
-        cost = max(triton.cdiv(count * num_kv_heads, num_sms), SATURATION_PER_SM) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
+        cost = max(triton.cdiv(count * num_kv_heads, num_sms), saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
     chunk = best[1]
     return [(b, s, min(s + chunk, n)) for b, n in enumerate(seqlens) for s in range(0, n, chunk)]
+
+
+def launch_plan(cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False):
+    """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
+    block_n * 2^k tokens (k < num_cand) for at most max_chunks chunk slots, saturation programs per SM wanted."""
+    batch = cache_seqlens.shape[0]
+    plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
+    block_i = 64
+    _plan_kernel[(triton.cdiv(max_chunks, block_i),)](
+        cache_seqlens, plan, batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
+        BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i, USE_PDL=pdl,
+    )  # fmt: skip
+    return plan
+
+
+def launch_combine(o_part, lse_part, out, lse, plan, max_chunks, num_splits, deterministic=False, pdl=False):
+    """Run _combine_kernel over the partials o_part [chunks, Hq, BLOCK_D] and lse_part [chunks, Hq] (fp32) into
+    out [B, Hq, D] and lse (None or contiguous [B, Hq] fp32). num_splits: 0 for the planned mode (plan from
+    ``launch_plan``, max_chunks slots), S for fixed splits. deterministic: blocks of COMBINE_BLOCK_S chunks always,
+    so the summation tree does not depend on S. pdl: launched with programmatic dependent launch."""
+    batch, num_q_heads, head_dim = out.shape
+    fixed, block_d = num_splits, o_part.shape[2]
+    d_blocks = COMBINE_D_BLOCKS if block_d % (16 * COMBINE_D_BLOCKS) == 0 else 1
+    _combine_kernel[(num_q_heads, batch, d_blocks)](
+        o_part, lse_part, out, lse if lse is not None else lse_part, plan, batch, max_chunks,
+        out.stride(0), out.stride(1),
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim,
+        BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 and not deterministic else COMBINE_BLOCK_S,
+        BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, USE_PDL=pdl,
+        **({"launch_pdl": True} if pdl else {}),
+    )  # fmt: skip
 
 
 def decode_splitk(
@@ -362,16 +430,13 @@ def decode_splitk(
     lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
     lse_arg = lse if lse is not None else lse_part
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
-    plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     pdl = use_pdl(q.device)
-    if not fixed:
-        block_i = 64
-        _plan_kernel[(triton.cdiv(chunks, block_i),)](
-            cache_seqlens, plan, batch, num_kv_heads, num_sms, chunks, cache_seqlens.stride(0),
-            BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=cfg["BLOCK_N"],
-            LOG2_BLOCK_N=cfg["BLOCK_N"].bit_length() - 1, NUM_CAND=num_cand,
-            SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i, USE_PDL=pdl,
-        )  # fmt: skip
+    if fixed:
+        plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
+    else:
+        plan = launch_plan(
+            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl
+        )
     _partial_kernel[(chunks, num_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out, lse_arg,
         softmax_scale * LOG2E, batch, chunks,
@@ -384,15 +449,7 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, USE_PDL=pdl,
         **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
     )  # fmt: skip
-    d_blocks = COMBINE_D_BLOCKS if cfg["BLOCK_D"] % (16 * COMBINE_D_BLOCKS) == 0 else 1
-    _combine_kernel[(num_q_heads, batch, d_blocks)](
-        o_part, lse_part, out, lse_arg, plan, batch, chunks, out.stride(0), out.stride(1),
-        NUM_SPLITS=fixed, HEAD_DIM=head_dim,
-        # deterministic: always full blocks, so the summation tree does not depend on the slot count
-        BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 and not split_tokens else COMBINE_BLOCK_S,
-        BLOCK_D=cfg["BLOCK_D"], BLOCK_DC=cfg["BLOCK_D"] // d_blocks, WRITE_LSE=lse is not None, USE_PDL=pdl,
-        **({"launch_pdl": True} if pdl else {}),
-    )  # fmt: skip
+    launch_combine(o_part, lse_part, out, lse, plan, chunks, fixed, deterministic=bool(split_tokens), pdl=pdl)
     if return_partials:
         return out, lse, o_part, lse_part
     return out, lse
