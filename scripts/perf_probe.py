@@ -20,12 +20,35 @@ from flashdecode.reference import reference_dense
 
 ROWS = [
     Row([65536], 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([131072], 12, 2),
-    Row([2048] * 8, 28, 4), Row([2048], 28, 4),
-    Row([65536], 12, 12), Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12),
-    Row([8192], 32, 32), Row([32768], 32, 32), Row([131072], 32, 32),
+    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([256] * 256, 12, 2),
+    Row([65536], 12, 12), Row([131072], 32, 32),
+    # where does the better tile for group 1 change? (KV heads 8..32, one 32k sequence)
+    Row([32768], 8, 8), Row([32768], 12, 12), Row([32768], 16, 16), Row([32768], 24, 24), Row([32768], 32, 32),
 ]
-# (PDL, combine D blocks, partial tile override)
-VARIANTS = list(itertools.product([False, True], [1, 4], [None, dict(BLOCK_N=64, num_stages=3)]))
+BN64 = dict(BLOCK_N=64, num_stages=3)
+# (name, module attributes to set, partial tile override); the first is the baseline
+VARIANTS = [
+    ("base", {}, None),
+    ("comb256x4", dict(COMBINE_BLOCK_S=256, COMBINE_D_BLOCKS=4), None),
+    ("comb128x4", dict(COMBINE_BLOCK_S=128, COMBINE_D_BLOCKS=4), None),
+    ("comb256x8", dict(COMBINE_BLOCK_S=256, COMBINE_D_BLOCKS=8), None),
+    ("bn64", {}, BN64),
+    ("bn64+comb256x4", dict(COMBINE_BLOCK_S=256, COMBINE_D_BLOCKS=4), BN64),
+    ("sat2", dict(SATURATION_PER_SM=2), None),
+    ("sat8", dict(SATURATION_PER_SM=8), None),
+    ("ovh128", dict(CHUNK_OVERHEAD_TOKENS=128), None),
+    ("nopdl", dict(PDL=False), None),
+]
+DEFAULTS = {k: getattr(triton_splitk, k) for k in
+            ("COMBINE_BLOCK_S", "COMBINE_D_BLOCKS", "SATURATION_PER_SM", "CHUNK_OVERHEAD_TOKENS")}  # fmt: skip
+
+
+def set_variant(attrs):
+    for k, v in DEFAULTS.items():
+        setattr(triton_splitk, k, v)
+    triton_common.PDL = True
+    for k, v in attrs.items():
+        setattr(triton_common if k == "PDL" else triton_splitk, k, v)
 
 
 def profile_row(row, fn, log):
@@ -48,15 +71,14 @@ def main():
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
-    best_rows = []
+    table = []
     for row in ROWS:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         results = []
-        for pdl, dblocks, tile in VARIANTS:
-            triton_common.PDL = pdl
-            triton_splitk.COMBINE_D_BLOCKS = dblocks
+        for name, attrs, tile in VARIANTS:
+            set_variant(attrs)
             it = itertools.cycle(copies)
             out = torch.empty_like(c.q)
 
@@ -68,24 +90,22 @@ def main():
                 assert err < 0.05, f"wrong: err {err}"
                 us = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
             except Exception as e:  # noqa: BLE001 - a failing variant is reported, the sweep goes on
-                print(f"{row.name()} pdl={pdl} d={dblocks} tile={tile} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+                print(f"{row.name()} {name} FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
                 continue
-            rec = dict(row=row.name(), pdl=pdl, combine_d_blocks=dblocks, tile=tile, us=round(us, 2),
+            rec = dict(row=row.name(), variant=name, us=round(us, 2),
                        gbps=round(row.io_bytes() / us / 1e3))  # fmt: skip
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if (pdl, dblocks, tile) == (False, 1, None):
+            if name in ("base", "comb256x4"):
                 profile_row(row, fn, prof_log)
-        base = next((r for r in results if (r["pdl"], r["combine_d_blocks"], r["tile"]) == (False, 1, None)), None)
-        best = min(results, key=lambda r: r["us"]) if results else None
-        best_rows.append((row.name(), base, best))
-        print(row.name(), "base", base and base["us"], "best", best, flush=True)
-    triton_common.PDL, triton_splitk.COMBINE_D_BLOCKS = True, 1
-    print(f"\n{'row':<22}{'base us':>9}{'best us':>9}  best variant")
-    for name, base, best in best_rows:
-        if base and best:
-            print(f"{name:<22}{base['us']:>9.1f}{best['us']:>9.1f}  pdl={best['pdl']} d={best['combine_d_blocks']} tile={best['tile']}")
+        by = {r["variant"]: r["us"] for r in results}
+        table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))
+        print(table[-1], flush=True)
+    set_variant({})
+    print(f"\n{'row':<22}" + "".join(f"{v[0]:>15}" for v in VARIANTS))
+    for line in table:
+        print(line)
 
 
 if __name__ == "__main__":

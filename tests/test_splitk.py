@@ -177,18 +177,17 @@ def test_published_combine_is_wrong_and_ours_is_right():
     assert not math.isclose(float(rel), 0.0)
 
 
-@pytest.mark.parametrize("d_blocks", [2, 4])
-def test_combine_over_head_dim_blocks(d_blocks, device, monkeypatch):
-    """The combine split over several programs along the head dim gives the one-program result."""
+@pytest.mark.parametrize("block_s,d_blocks", [(64, 2), (256, 4), (16, 8)])
+def test_combine_block_shapes(block_s, d_blocks, device, monkeypatch):
+    """The combine with other chunk blocks and the head dim split over several programs: the same merge."""
     import flashdecode.triton_splitk as splitk
 
-    c = case([300, 0, 77], 8, 2, 64, 16, torch.float32, device, seed=31)
+    c = case([300, 0, 77, 1000], 8, 2, 64, 16, torch.float32, device, seed=31)
     ref_out, ref_lse = reference_of(c)
-    base = decode_attention(*c.args, backend="triton_splitk", num_splits=3, return_lse=True)
+    monkeypatch.setattr(splitk, "COMBINE_BLOCK_S", block_s)
     monkeypatch.setattr(splitk, "COMBINE_D_BLOCKS", d_blocks)
-    for num_splits in (None, 3):
+    for num_splits in (None, 3, 40):
         out, lse = decode_attention(*c.args, backend="triton_splitk", num_splits=num_splits, return_lse=True,
                                     out=torch.full_like(c.q, float("nan")))  # fmt: skip
-        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
-        assert lse_err(lse, ref_lse) <= 1e-5
-    assert torch.equal(out, base[0]) and torch.equal(lse, base[1])
+        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32), num_splits
+        assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse), num_splits
