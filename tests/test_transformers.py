@@ -45,7 +45,7 @@ def prompts_of(lengths, vocab=128, seed=1):
 
 def hf_greedy(model, prompt, max_new_tokens):
     """model.generate on one unpadded prompt (an explicit mask: token 0 would otherwise count as padding)."""
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     out = model.generate(
         ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
         eos_token_id=None, pad_token_id=0,
@@ -77,6 +77,7 @@ def test_batched_prompts_continuous_batching_equal_generate(arch):
     assert res.decode_tokens == 4 * (new - 1) and res.decode_steps >= 2 * (new - 1)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs without a GPU; test_gpu_serving covers it")
 def test_triton_kernels_through_interpreter():
     """The Triton append and decode kernels (interpreter on CPU) inside the loop, on a one-layer model."""
     model = tiny_model("llama", seed=3, num_hidden_layers=1)
