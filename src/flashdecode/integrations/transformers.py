@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+import transformers
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface
@@ -36,7 +37,10 @@ from transformers.masking_utils import AttentionMaskInterface
 from .. import ops  # noqa: F401 (registers torch.ops.flashdecode.*)
 from ..cache import CacheFullError, PagedKVCache
 
-__all__ = ["ATTENTION_NAME", "StepContext", "GenerateOutput", "register", "generate", "paged_attention_forward"]
+__all__ = [
+    "ATTENTION_NAME", "StepContext", "GenerateOutput", "register", "generate", "paged_attention_forward",
+    "random_llama", "LLAMA3_8B_SHAPE",
+]  # fmt: skip
 
 ATTENTION_NAME = "fd_paged"
 
@@ -316,3 +320,37 @@ class _Loop:
         except Exception as exc:  # a model whose forward cannot be captured still generates, eagerly
             self.out.notes.append(f"CUDA graph capture failed, decoding eagerly: {type(exc).__name__}: {exc}")
             torch.cuda.synchronize()
+
+
+# Llama-3-8B's architecture (the weights are random: see random_llama)
+LLAMA3_8B_SHAPE = dict(
+    hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+    vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+)  # fmt: skip
+
+
+def random_llama(shape, dtype=torch.bfloat16, device="cuda", *, seed=0, std=0.02):
+    """A LlamaForCausalLM of the given config fields with random weights, made directly on ``device``.
+
+    Built on the meta device, materialised with ``to_empty`` and initialised in place (matrices normal(0, std),
+    norm weights 1) from a seeded generator on ``device``: an 8B model never touches host memory, nothing is
+    downloaded. eos/bos/pad are unset, so generation never stops early; attention starts as "sdpa".
+    """
+    config = transformers.LlamaConfig(
+        **shape, eos_token_id=None, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    model = model.to(dtype=dtype).to_empty(device=device).eval()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            # 1-D parameters are the RMSNorm weights
+            if p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, std, generator=gen)
+    # to_empty left the non-persistent rotary buffers uninitialised: rebuild them (fp32, as from_pretrained has)
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=config, device=device)
+    return model
