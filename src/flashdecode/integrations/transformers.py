@@ -352,5 +352,6 @@ def random_llama(shape, dtype=torch.bfloat16, device="cuda", *, seed=0, std=0.02
             else:
                 p.normal_(0.0, std, generator=gen)
     # to_empty left the non-persistent rotary buffers uninitialised: rebuild them (fp32, as from_pretrained has)
-    model.model.rotary_emb = type(model.model.rotary_emb)(config=config, device=device)
+    with torch.device(device):
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=config)
     return model
