@@ -106,3 +106,44 @@ def test_prompt_too_long_for_the_pool():
 
 def test_attention_name_follows_transformers_rules():
     assert "flash" not in ATTENTION_NAME and not ATTENTION_NAME.startswith("paged|") and "/" not in ATTENTION_NAME
+
+
+def test_decode_step_of_a_model_compiles_fullgraph():
+    """A whole model's decode step through the registered attention (custom ops inside) compiles with
+    fullgraph=True, and the compiled step gives the eager step's logits and cache writes."""
+    from flashdecode import PagedKVCache
+    from flashdecode.integrations.transformers import StepContext, register
+
+    model = tiny_model("llama", seed=7)
+    model.set_attn_implementation(register())
+    gen = torch.Generator().manual_seed(8)
+    pools = torch.randn(2, 2, 16, 4, 2, 16, generator=gen)  # [layers, k/v, pages, page, Hkv, D]
+    ids = torch.tensor([3, 77])
+
+    def run(compile_):
+        cache = PagedKVCache(2, 2, 16, num_pages=16, page_size=4, max_batch=2, max_seq_len=32, device="cpu")
+        for layer in range(2):
+            cache.k_pools[layer].copy_(pools[layer, 0])
+            cache.v_pools[layer].copy_(pools[layer, 1])
+        for length in (5, 8):
+            cache.add_sequence(length)
+        cache.grow()
+        step = StepContext(cache, cache.slot_mapping, prefill=False, attention_backend="torch_sdpa",
+                           append_backend="torch")  # fmt: skip
+
+        def decode(ids):
+            positions = cache.update_step_tensors()
+            return model(input_ids=ids[:, None], position_ids=positions[:, None], use_cache=False,
+                         logits_to_keep=1, flashdecode_step=step).logits  # fmt: skip
+
+        torch._dynamo.reset()
+        fn = torch.compile(decode, fullgraph=True, backend="aot_eager") if compile_ else decode
+        with torch.no_grad():
+            return fn(ids), cache
+
+    (eager, eager_cache), (compiled, compiled_cache) = run(False), run(True)
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+    for layer in range(2):
+        assert torch.equal(compiled_cache.k_pools[layer], eager_cache.k_pools[layer])
+        assert not torch.equal(eager_cache.k_pools[layer], pools[layer, 0])  # the step did write
+    assert compiled_cache.seqlens.tolist() == eager_cache.seqlens.tolist() == [6, 9]
