@@ -10,7 +10,10 @@ import flashdecode.cache
 import flashdecode.merge
 
 
-@pytest.mark.parametrize("module", [flashdecode.api, flashdecode.merge, flashdecode.append, flashdecode.cache], ids=lambda m: m.__name__)
+MODULES = [flashdecode.api, flashdecode.merge, flashdecode.append, flashdecode.cache]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0, f"{module.__name__} has no examples"

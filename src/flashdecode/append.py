@@ -118,11 +118,14 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, backend):
         raise ValueError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
     for name, t in (("k", k), ("v", v)):
         if t.dim() != 3 or tuple(t.shape[1:]) != tuple(k_cache.shape[2:]):
-            raise ValueError(f"{name} must be [N, Hkv, D] = [N, {k_cache.shape[2]}, {k_cache.shape[3]}], got {tuple(t.shape)}")
+            want = f"[N, {k_cache.shape[2]}, {k_cache.shape[3]}]"
+            raise ValueError(f"{name} must be [N, Hkv, D] = {want}, got {tuple(t.shape)}")
     if v.shape != k.shape:
         raise ValueError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
     if slot_mapping.dim() != 1 or slot_mapping.shape[0] != k.shape[0]:
-        raise ValueError(f"slot_mapping must be [N] with N = {k.shape[0]} (k's tokens), got {tuple(slot_mapping.shape)}")
+        raise ValueError(
+            f"slot_mapping must be [N] with N = {k.shape[0]} (k's tokens), got {tuple(slot_mapping.shape)}"
+        )
     for name, t in named.items():
         if t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
