@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Serving integration on the GPU (issue 6), about 4-6 minutes on one H200. Run from the repo root after `make venv`:
+# Serving integration on the GPU (issue 6): about 4 minutes on one H200, 6 at most (step limits 120 + 200 + 40 s). Run from the repo root after `make venv`:
 #   OUT=/path/to/out bash scripts/gpu_serve.sh
 # Steps (each runs even if an earlier one failed; each has its own time limit):
 #   1. pytest, natively: append_kv, PagedKVCache, custom ops (incl. torch.compile fullgraph), the transformers loop,
@@ -34,15 +34,15 @@ step() {  # step NAME LIMIT_S LOG COMMAND...
 }
 
 BENCH_ARGS=${BENCH_ARGS:-"--batches 1 8 64 --prompt-len 128 --new-tokens 64"}
-step pytest 150 "$OUT/pytest-serving.log" "$PY" -m pytest -q -n "${WORKERS:-4}" -p no:cacheprovider \
+step pytest 120 "$OUT/pytest-serving.log" "$PY" -m pytest -q -n "${WORKERS:-4}" -p no:cacheprovider \
   tests/test_append.py tests/test_cache.py tests/test_ops.py tests/test_transformers.py tests/test_gpu_serving.py
 tail -1 "$OUT/pytest-serving.log"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-serving.log" | head -20
 
 # shellcheck disable=SC2086
-step bench 240 "$OUT/bench.log" "$PY" scripts/serve_bench.py --out "$OUT" $BENCH_ARGS
+step bench 200 "$OUT/bench.log" "$PY" scripts/serve_bench.py --out "$OUT" $BENCH_ARGS
 grep -E "^(model built|batch)" "$OUT/bench.log"; grep -E "Error|error" "$OUT/bench.log" | tail -5
 
-step example-cpu 60 "$OUT/example-cpu.log" env CUDA_VISIBLE_DEVICES= "$PY" examples/generate_tiny_cpu.py
+step example-cpu 40 "$OUT/example-cpu.log" env CUDA_VISIBLE_DEVICES= "$PY" examples/generate_tiny_cpu.py
 grep -v Warning "$OUT/example-cpu.log" | tail -5
 
 {
