@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Serving integration on the GPU (issue 6): about 4 minutes on one H200, 6 at most (step limits 120 + 200 + 40 s). Run from the repo root after `make venv`:
+# Serving integration on the GPU (issue 6): about 4 minutes on one H200, 6 at most (step limits 120 + 200 + 40 s).
+# Run from the repo root after `make venv`:
 #   OUT=/path/to/out bash scripts/gpu_serve.sh
 # Steps (each runs even if an earlier one failed; each has its own time limit):
 #   1. pytest, natively: append_kv, PagedKVCache, custom ops (incl. torch.compile fullgraph), the transformers loop,
