@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
 
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import flashdecode, torch, triton, pytest" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import flashdecode, torch, triton, pytest, transformers" 2>/dev/null; then
   exit 0
 fi
 if "$PY" -c "import torch, triton" 2>/dev/null; then

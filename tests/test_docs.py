@@ -5,10 +5,15 @@ import doctest
 import pytest
 
 import flashdecode.api
+import flashdecode.append
+import flashdecode.cache
 import flashdecode.merge
 
 
-@pytest.mark.parametrize("module", [flashdecode.api, flashdecode.merge], ids=lambda m: m.__name__)
+MODULES = [flashdecode.api, flashdecode.merge, flashdecode.append, flashdecode.cache]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
 def test_docstring_examples(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0, f"{module.__name__} has no examples"

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-__all__ = ["reference_dense", "reference_streaming", "reference_merge_states", "gather_sequence"]
+__all__ = ["reference_dense", "reference_streaming", "reference_merge_states", "gather_sequence", "reference_append_kv"]
 
 
 def gather_sequence(cache: torch.Tensor, block_table_row: torch.Tensor, seqlen: int) -> torch.Tensor:
@@ -124,3 +124,20 @@ def reference_merge_states(out_a, lse_a, out_b, lse_b):
         w_b[..., None] > 0, w_b[..., None] * out_b, 0.0
     )
     return out, lse
+
+
+def reference_append_kv(k, v, k_cache, v_cache, slot_mapping):
+    """What append_kv must produce, one token at a time in a Python loop: copies of the caches with k[i], v[i]
+    at row s % page_size of page s // page_size for every slot s = slot_mapping[i] != -1. Inputs are not modified.
+
+    Returns:
+        (k_cache', v_cache') on the CPU, the caches' dtype.
+    """
+    k_out, v_out = k_cache.detach().cpu().clone(), v_cache.detach().cpu().clone()
+    page_size = k_cache.shape[1]
+    for i, slot in enumerate(slot_mapping.cpu().tolist()):
+        if slot == -1:
+            continue
+        k_out[slot // page_size, slot % page_size] = k[i].cpu()
+        v_out[slot // page_size, slot % page_size] = v[i].cpu()
+    return k_out, v_out

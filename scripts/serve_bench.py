@@ -1,0 +1,194 @@
+"""Llama-3-8B-shaped end-to-end check and benchmark: flashdecode's greedy loop vs transformers' generate (SDPA).
+
+For each batch size: B random prompts of the same length (so generate needs no padding), greedy decoding with
+both. Tokens are compared per sequence up to the first step where generate's top-2 logits are within --near-tie of
+each other (past that, rounding may legitimately pick the other token). Decode speed is measured the same way for
+both: wall time of a run generating N tokens minus one generating 1 token (prefill and first token cancel),
+divided into B * (N - 1) tokens. Writes results.json and results.md under --out.
+
+The model has random bf16 weights (normal(0, 0.02), norms 1), created on the meta device and materialised directly
+on the GPU with a fixed seed: nothing is downloaded and nothing is built on the host.
+
+    .venv/bin/python scripts/serve_bench.py --out bench-serve            # the H200 run (about 3 minutes)
+    .venv/bin/python scripts/serve_bench.py --tiny --out /tmp/serve      # a tiny model, CPU or GPU, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+import torch
+import transformers
+
+from flashdecode.integrations.transformers import LLAMA3_8B_SHAPE, generate, random_llama
+
+TINY = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    vocab_size=128, max_position_embeddings=512,
+)  # fmt: skip
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device):
+    sync(device)
+    t0 = time.perf_counter()
+    result = fn()
+    sync(device)
+    return result, time.perf_counter() - t0
+
+
+def hf_generate(model, ids, new_tokens, **kw):
+    return model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
+        eos_token_id=None, pad_token_id=0, **kw,
+    )  # fmt: skip
+
+
+def compare(ours, theirs, gaps, near_tie):
+    """Per sequence: first divergence, HF's top-2 gap there, first near-tie step; ok if no divergence before it."""
+    rows = []
+    for b, (a, h) in enumerate(zip(ours, theirs)):
+        diverge = next((t for t, (x, y) in enumerate(zip(a, h)) if x != y), None)
+        tie = next((t for t, g in enumerate(gaps[:, b].tolist()) if g < near_tie), None)
+        ok = diverge is None or (tie is not None and diverge >= tie)
+        gap = None if diverge is None else float(gaps[diverge, b])
+        rows.append(dict(seq=b, first_divergence=diverge, gap_at_divergence=gap, first_near_tie=tie, ok=ok))
+    return rows
+
+
+def run_batch(model, batch, prompt_len, new_tokens, near_tie, device, seed):
+    gen = torch.Generator(device="cpu").manual_seed(seed + batch)
+    ids = torch.randint(0, model.config.vocab_size, (batch, prompt_len), generator=gen).to(device)
+    prompts = [row.tolist() for row in ids.cpu()]
+    # correctness: HF's tokens and logits (fp32 copies of the step logits), then ours
+    out = hf_generate(model, ids, new_tokens, output_logits=True, return_dict_in_generate=True)
+    theirs = out.sequences[:, prompt_len:].tolist()
+    top2 = torch.stack([lg.float().topk(2, dim=-1).values for lg in out.logits])  # [N, B, 2]
+    gaps = (top2[..., 0] - top2[..., 1]).cpu()
+    del out
+    result = dict(batch=batch, prompt_len=prompt_len, new_tokens=new_tokens)
+    for mode, graph in (("eager", False), ("cuda_graph", True)):
+        if graph and torch.device(device).type != "cuda":
+            continue
+        run = lambda n: generate(model, prompts, n, page_size=16, cuda_graph=graph)  # noqa: E731
+        res = run(new_tokens)  # warm-up (kernel compilation) and the tokens
+        rows = compare(res.tokens, theirs, gaps, near_tie)
+        full, t_full = timed(lambda: run(new_tokens), device)
+        _, t_one = timed(lambda: run(1), device)
+        result[mode] = dict(
+            tokens_equal=sum(r["first_divergence"] is None for r in rows),
+            ok=all(r["ok"] for r in rows),
+            cuda_graph_used=full.cuda_graph,
+            notes=full.notes,
+            decode_tok_s=batch * (new_tokens - 1) / (t_full - t_one),
+            loop_decode_tok_s=full.decode_tokens / full.decode_s if full.decode_s else None,
+            per_sequence=rows,
+        )
+    hf_run = lambda n: hf_generate(model, ids, n)  # noqa: E731
+    hf_run(new_tokens)
+    _, t_full = timed(lambda: hf_run(new_tokens), device)
+    _, t_one = timed(lambda: hf_run(1), device)
+    result["hf_sdpa"] = dict(decode_tok_s=batch * (new_tokens - 1) / (t_full - t_one))
+    result["min_hf_gap"] = float(gaps.min())
+    return result
+
+
+def provenance(device):
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    return dict(
+        commit=os.environ.get("FLASHDECODE_COMMIT") or git("rev-parse", "--short", "HEAD"),
+        device=torch.cuda.get_device_name() if torch.device(device).type == "cuda" else platform.processor(),
+        torch=torch.__version__, transformers=transformers.__version__, python=sys.version.split()[0],
+        timing="wall time of generate(N) - generate(1), synchronised, after one warm-up run",
+    )  # fmt: skip
+
+
+def markdown(results, meta):
+    lines = [
+        f"# Serving: {meta['model']} (random {meta['dtype']} weights), flashdecode loop vs transformers generate (SDPA)",
+        "",
+        f"commit {meta['commit']}, {meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}; "
+        f"prompt {meta['prompt_len']} tokens, {meta['new_tokens']} new; near-tie threshold {meta['near_tie']}.",
+        f"Timing: {meta['timing']}.",
+        "",
+        "| batch | HF SDPA tok/s | ours eager tok/s | ours CUDA graph tok/s | speedup (graph) | identical seqs | "
+        "first divergence (min) | gap there | first near-tie (min) | tokens ok |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    for r in results:
+        best = r.get("cuda_graph") or r["eager"]
+        divs = [s for s in best["per_sequence"] if s["first_divergence"] is not None]
+        first = min(divs, key=lambda s: s["first_divergence"]) if divs else None
+        ties = [s["first_near_tie"] for s in best["per_sequence"] if s["first_near_tie"] is not None]
+        hf = r["hf_sdpa"]["decode_tok_s"]
+        graph = r["cuda_graph"]["decode_tok_s"] if "cuda_graph" in r else float("nan")
+        cells = [
+            r["batch"], f"{hf:.0f}", f"{r['eager']['decode_tok_s']:.0f}", f"{graph:.0f}", f"{graph / hf:.2f}x",
+            f"{best['tokens_equal']}/{r['batch']}",
+            first["first_divergence"] if first else "-",
+            f"{first['gap_at_divergence']:.3f}" if first else "-",
+            min(ties) if ties else "-",
+            "yes" if r["eager"]["ok"] and best["ok"] else "NO",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    lines += ["", "Decode tokens/s = B x (N - 1) / (t(N new tokens) - t(1 new token)). A divergence is acceptable "
+              "only at or after the sequence's first near-tie in HF's logits."]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--prompt-len", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--near-tie", type=float, default=0.05, help="top-2 logit gap counted as a near-tie")
+    parser.add_argument("--tiny", action="store_true", help="a tiny model instead of Llama-3-8B's shape")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    shape = TINY if args.tiny else LLAMA3_8B_SHAPE
+    t0 = time.perf_counter()
+    model = random_llama(shape, dtype, device, seed=args.seed, std=0.1 if args.tiny else 0.02)
+    print(f"model built in {time.perf_counter() - t0:.1f} s on {device}", flush=True)
+    meta = dict(
+        provenance(device), model="tiny Llama" if args.tiny else "Llama-3-8B shape", prompt_len=args.prompt_len,
+        new_tokens=args.new_tokens, near_tie=args.near_tie, dtype=str(dtype),
+    )  # fmt: skip
+    os.makedirs(args.out, exist_ok=True)
+    results = []
+    for batch in args.batches:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            results.append(run_batch(model, batch, args.prompt_len, args.new_tokens, args.near_tie, device, args.seed))
+        r = results[-1]
+        print(f"batch {batch}: {time.perf_counter() - t0:.1f} s, HF {r['hf_sdpa']['decode_tok_s']:.0f} tok/s, "
+              f"ours eager {r['eager']['decode_tok_s']:.0f} tok/s"
+              + (f", graph {r['cuda_graph']['decode_tok_s']:.0f} tok/s" if "cuda_graph" in r else ""), flush=True)  # fmt: skip
+        with open(os.path.join(args.out, "results.json"), "w") as f:
+            json.dump(dict(meta=meta, results=results), f, indent=1)
+    text = markdown(results, meta)
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0 if all(r["eager"]["ok"] and r.get("cuda_graph", r["eager"])["ok"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

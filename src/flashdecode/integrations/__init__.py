@@ -1,0 +1,2 @@
+"""Integrations of flashdecode with model libraries. Each submodule imports its library on import; this package
+imports nothing."""

@@ -1,0 +1,357 @@
+"""Greedy generation for Hugging Face transformers causal LMs over flashdecode's paged KV cache.
+
+How it plugs in, through transformers' public extension points only (transformers 5.x):
+
+* ``AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)``: every attention layer of a model whose
+  ``config._attn_implementation`` is ATTENTION_NAME calls our function with the rotated query/key/value
+  ([B, H, S, D]). The name must not contain "flash" (transformers then treats it as a flash-attention kernel),
+  start with "paged|" (its own paged implementations) or contain "/" (a hub kernel repository).
+* ``AttentionMaskInterface.register(ATTENTION_NAME, paged_attention_mask)``: the mask under the same name builds
+  nothing. Prefill runs one sequence at a time (causal, no padding), decode masks by the cache's lengths.
+* Explicit ``position_ids`` on every forward: the model runs with ``use_cache=False`` (its own cache would be
+  filled too), so without them every decode step would be rotated as position 0.
+* Our state reaches the attention layers through the forward's ``**kwargs`` (``flashdecode_step=StepContext``).
+
+The loop (``generate``): each prompt gets a batch row of a ``PagedKVCache`` and is prefilled on its own with the
+model's SDPA attention while its K/V is written into its pages (``append_kv``); decode steps then run the whole batch
+(fixed size ``max_batch``, inactive rows masked) through ``torch.ops.flashdecode.append_kv`` and
+``torch.ops.flashdecode.decode_attention``. A sequence that reaches ``max_new_tokens`` (or ``eos_token_id``) frees
+its pages and row at once, and queued prompts join at the next step (continuous batching). On CUDA the decode step
+(cache step tensors, model forward, argmax) can be captured once in a CUDA graph and replayed while lengths grow.
+``model.generate`` cannot carry this cache, so the loop is ours.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+import transformers
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface
+
+from .. import ops  # noqa: F401 (registers torch.ops.flashdecode.*)
+from ..cache import CacheFullError, PagedKVCache
+
+__all__ = [
+    "ATTENTION_NAME", "StepContext", "GenerateOutput", "register", "generate", "paged_attention_forward",
+    "random_llama", "LLAMA3_8B_SHAPE",
+]  # fmt: skip
+
+ATTENTION_NAME = "fd_paged"
+
+
+@dataclass
+class StepContext:
+    """What the attention layers need for one forward: the cache, the slots of this forward's tokens and the mode.
+
+    slot_mapping: [N] int32, N = prompt length (prefill) or max_batch (decode; -1 for inactive rows).
+    """
+
+    cache: PagedKVCache
+    slot_mapping: torch.Tensor
+    prefill: bool
+    attention_backend: str = "auto"
+    append_backend: str = "auto"
+
+
+def paged_attention_forward(
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, flashdecode_step=None, **kwargs
+):
+    """The attention function transformers calls for ATTENTION_NAME.
+
+    Args:
+        module: the attention layer (its ``layer_idx`` picks the cache's pools).
+        query: [B, Hq, S, D]; key, value: [B, Hkv, S, D], rotary embedding applied.
+        attention_mask: ignored (paged_attention_mask builds none).
+        scaling: the softmax scale.
+        flashdecode_step: the StepContext passed to the model's forward.
+
+    Returns:
+        (attn_output [B, S, Hq, D], None).
+    """
+    step = flashdecode_step
+    if step is None:
+        raise ValueError(
+            f"attention {ATTENTION_NAME!r} needs flashdecode_step=StepContext(...) in the model's forward kwargs; "
+            "use flashdecode.integrations.transformers.generate"
+        )
+    if dropout:
+        raise ValueError(f"attention {ATTENTION_NAME!r} is for inference, got dropout={dropout}")
+    cache, layer = step.cache, module.layer_idx
+    k_pool, v_pool = cache.k_pools[layer], cache.v_pools[layer]
+    if step.prefill:
+        if query.shape[0] != 1:
+            raise ValueError(f"prefill runs one sequence at a time, got batch {query.shape[0]}")
+        # [1, Hkv, L, D] -> [L, Hkv, D]
+        torch.ops.flashdecode.append_kv(
+            key[0].transpose(0, 1), value[0].transpose(0, 1), k_pool, v_pool, step.slot_mapping, step.append_backend
+        )
+        # one unpadded sequence: causal SDPA over the prompt itself, as transformers' own prefill computes it
+        return sdpa_attention_forward(module, query, key, value, None, dropout=0.0, scaling=scaling)
+    # decode: one token per row; [B, H, 1, D] -> [B, H, D]
+    torch.ops.flashdecode.append_kv(
+        key[:, :, 0], value[:, :, 0], k_pool, v_pool, step.slot_mapping, step.append_backend
+    )
+    out = torch.ops.flashdecode.decode_attention(
+        query[:, :, 0], k_pool, v_pool, cache.seqlens, cache.block_table, scaling, step.attention_backend, None
+    )
+    return out[:, None], None
+
+
+def paged_attention_mask(*args, **kwargs):
+    """The mask for ATTENTION_NAME: none (prefill is causal SDPA on one sequence; decode reads cache lengths)."""
+    return None
+
+
+def register() -> str:
+    """Register the attention and mask functions under ATTENTION_NAME (idempotent); returns the name."""
+    AttentionInterface.register(ATTENTION_NAME, paged_attention_forward)
+    AttentionMaskInterface.register(ATTENTION_NAME, paged_attention_mask)
+    return ATTENTION_NAME
+
+
+@dataclass
+class GenerateOutput:
+    """Result of ``generate``.
+
+    tokens: the new tokens of each prompt, in the prompts' order.
+    prefill_s / decode_s: wall time of prefills (with their first tokens) and of decode steps, synchronised.
+    decode_steps: batched decode steps run. decode_tokens: tokens those steps produced (active rows only).
+    cuda_graph: whether decode steps replayed a CUDA graph.
+    """
+
+    tokens: list[list[int]]
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    decode_steps: int = 0
+    decode_tokens: int = 0
+    cuda_graph: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def generate(
+    model,
+    prompts,
+    max_new_tokens,
+    *,
+    max_batch=None,
+    page_size=16,
+    num_pages=None,
+    eos_token_id=None,
+    attention_backend="auto",
+    append_backend="auto",
+    cuda_graph=False,
+):
+    """Greedy decoding of every prompt with flashdecode's paged cache and kernels; continuous batching.
+
+    Args:
+        model: a transformers causal LM using the AttentionInterface (Llama, Qwen2, Mistral, ...), in eval mode.
+            Its attention implementation is switched to ATTENTION_NAME for the call and restored afterwards.
+        prompts: list of non-empty 1-D token sequences (lists of ints or int tensors), of any lengths.
+        max_new_tokens: tokens to generate per prompt (fewer if ``eos_token_id`` comes first; it is kept).
+        max_batch: batch rows, i.e. sequences resident at once (default: all prompts). Further prompts wait in a
+            queue and join when a sequence finishes.
+        page_size, num_pages: the cache's pages; num_pages defaults to enough for max_batch sequences of the
+            longest prompt + max_new_tokens. A prompt is admitted only when the pool can hold it to the end.
+        attention_backend: ``decode_attention``'s backend for decode steps ("auto": Triton on CUDA).
+        append_backend: ``append_kv``'s backend ("auto": Triton on CUDA).
+        cuda_graph: capture the decode step in a CUDA graph once and replay it (CUDA only). If capture fails, the
+            loop runs eagerly and says why in ``notes``.
+
+    Returns:
+        GenerateOutput; ``tokens[i]`` equals ``model.generate(prompts[i], do_sample=False)``'s new tokens, up to
+        floating-point near-ties between the top two logits.
+    """
+    prompts = [torch.as_tensor(p, dtype=torch.long).flatten() for p in prompts]
+    if any(p.numel() == 0 for p in prompts):
+        raise ValueError(f"prompts must be non-empty, got lengths {[p.numel() for p in prompts]}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    config = model.config
+    layer_types = getattr(config, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types):
+        raise ValueError(f"only full-attention layers are supported, got layer_types {sorted(set(layer_types))}")
+    device, dtype = model.device, model.dtype
+    if cuda_graph and device.type != "cuda":
+        raise ValueError(f"cuda_graph=True needs a model on CUDA, got {device}")
+    max_batch = max_batch or len(prompts)
+    max_seq_len = max(p.numel() for p in prompts) + max_new_tokens
+    pages_per_seq = math.ceil(max_seq_len / page_size)
+    cache = PagedKVCache(
+        config.num_hidden_layers,
+        config.num_key_value_heads,
+        getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+        num_pages=num_pages or max_batch * pages_per_seq,
+        page_size=page_size,
+        max_batch=max_batch,
+        max_seq_len=max_seq_len,
+        dtype=dtype,
+        device=device,
+    )
+    previous = config._attn_implementation
+    model.set_attn_implementation(register())
+    try:
+        with torch.inference_mode():
+            return _Loop(model, cache, prompts, max_new_tokens, eos_token_id, attention_backend, append_backend).run(
+                cuda_graph
+            )
+    finally:
+        model.set_attn_implementation(previous)
+
+
+class _Loop:
+    """State of one ``generate`` call: the queue, the running rows, the static decode-step buffers."""
+
+    def __init__(self, model, cache, prompts, max_new_tokens, eos_token_id, attention_backend, append_backend):
+        self.model, self.cache, self.prompts = model, cache, prompts
+        self.max_new_tokens, self.eos = max_new_tokens, eos_token_id
+        self.backends = dict(attention_backend=attention_backend, append_backend=append_backend)
+        self.out = GenerateOutput(tokens=[[] for _ in prompts])
+        self.queue = collections.deque(range(len(prompts)))
+        # row -> prompt index
+        self.running: dict[int, int] = {}
+        # [max_batch] the token each row feeds to the next decode step, updated in place by the step
+        self.next_tokens = torch.zeros(cache.max_batch, dtype=torch.long, device=model.device)
+        self.decode_step = StepContext(cache, cache.slot_mapping, prefill=False, **self.backends)
+        self.graph = None
+
+    def run(self, cuda_graph):
+        if cuda_graph:
+            self._capture()
+        while self.queue or self.running:
+            t0 = self._now()
+            while self.queue and self._fits(self.queue[0]):
+                self._prefill(self.queue.popleft())
+            self.out.prefill_s += self._now() - t0
+            if not self.running:
+                if not self.queue:
+                    break
+                i = self.queue[0]
+                raise CacheFullError(
+                    f"prompt {i} ({self.prompts[i].numel()} tokens + {self.max_new_tokens} new) needs "
+                    f"{self._pages_to_finish(i)} pages, the pool has {self.cache.num_pages}"
+                )
+            t0 = self._now()
+            self.cache.grow()
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+            tokens = self.next_tokens.tolist()
+            self.out.decode_steps += 1
+            self.out.decode_tokens += len(self.running)
+            for row, i in list(self.running.items()):
+                self._emit(row, i, tokens[row])
+            self.out.decode_s += self._now() - t0
+        return self.out
+
+    def _now(self):
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize(self.model.device)
+        return time.perf_counter()
+
+    def _pages_to_finish(self, i):
+        return self.cache.pages_needed(self.prompts[i].numel() + self.max_new_tokens)
+
+    def _fits(self, i):
+        """A free row, and pages for prompt i to the end on top of what the running sequences will still take."""
+        if not self.cache.num_free_rows:
+            return False
+        promised = sum(self._pages_to_finish(j) - len(self.cache.pages_of(r)) for r, j in self.running.items())
+        return self._pages_to_finish(i) <= self.cache.num_free_pages - promised
+
+    def _prefill(self, i):
+        """Prompt i through the model on its own: K/V into its new row's pages, first token from the last logits."""
+        prompt = self.prompts[i].to(self.model.device)
+        length = prompt.numel()
+        row = self.cache.add_sequence(length)
+        step = StepContext(self.cache, self.cache.slots(row, 0, length), prefill=True, **self.backends)
+        logits = self.model(
+            input_ids=prompt[None],
+            position_ids=torch.arange(length, device=self.model.device)[None],
+            use_cache=False,
+            logits_to_keep=1,
+            flashdecode_step=step,
+        ).logits
+        token = logits[0, -1].argmax()
+        self.next_tokens[row] = token
+        self.running[row] = i
+        self._emit(row, i, int(token))
+
+    def _emit(self, row, i, token):
+        """Record prompt i's next token; a finished sequence frees its row and pages."""
+        self.out.tokens[i].append(token)
+        if len(self.out.tokens[i]) >= self.max_new_tokens or token == self.eos:
+            del self.running[row]
+            self.cache.free(row)
+
+    def _step(self):
+        """One decode step on the device: cache step tensors, forward of every row, greedy tokens in place."""
+        positions = self.cache.update_step_tensors()
+        logits = self.model(
+            input_ids=self.next_tokens[:, None],
+            position_ids=positions[:, None],
+            use_cache=False,
+            logits_to_keep=1,
+            flashdecode_step=self.decode_step,
+        ).logits
+        self.next_tokens.copy_(torch.where(self.cache.active, logits[:, -1].argmax(-1), 0))
+
+    def _capture(self):
+        """Capture _step in a CUDA graph while every row is inactive (so warm-up runs change no state)."""
+        assert not self.running, "capture before any sequence is admitted"
+        try:
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):
+                    self._step()
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._step()
+            self.graph = graph
+            self.out.cuda_graph = True
+        except Exception as exc:  # a model whose forward cannot be captured still generates, eagerly
+            self.out.notes.append(f"CUDA graph capture failed, decoding eagerly: {type(exc).__name__}: {exc}")
+            torch.cuda.synchronize()
+
+
+# Llama-3-8B's architecture (the weights are random: see random_llama)
+LLAMA3_8B_SHAPE = dict(
+    hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+    vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5,
+)  # fmt: skip
+
+
+def random_llama(shape, dtype=torch.bfloat16, device="cuda", *, seed=0, std=0.02):
+    """A LlamaForCausalLM of the given config fields with random weights, made directly on ``device``.
+
+    Built on the meta device, materialised with ``to_empty`` and initialised in place (matrices normal(0, std),
+    norm weights 1) from a seeded generator on ``device``: an 8B model never touches host memory, nothing is
+    downloaded. eos/bos/pad are unset, so generation never stops early; attention starts as "sdpa".
+    """
+    config = transformers.LlamaConfig(
+        **shape, eos_token_id=None, bos_token_id=None, pad_token_id=None, tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    model = model.to(dtype=dtype).to_empty(device=device).eval()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            # 1-D parameters are the RMSNorm weights
+            if p.dim() == 1:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, std, generator=gen)
+    # to_empty left the non-persistent rotary buffers uninitialised: rebuild them (fp32, as from_pretrained has)
+    with torch.device(device):
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=config)
+    return model
