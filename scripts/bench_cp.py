@@ -157,7 +157,8 @@ def run(args):
                baseline_graph_us=base_graph, baseline_eager_us=base_eager, notes=[n for n in [base_note] if n])  # fmt: skip
     ref = reference_fp64(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.block_table)
     err_single = max_abs(single_out, ref)
-    ulp = torch.finfo(torch.bfloat16).eps * float(ref.abs().max().clamp_min(1.0))
+    # at the output's own scale (no clamp to 1: over 1M random tokens |out| is ~1e-3, an ulp at 1.0 would pass noise)
+    ulp = torch.finfo(torch.bfloat16).eps * float(ref.abs().max())
     # gate: the 1-GPU kernel's error twice over, plus the bf16 rounding of each rank's partial and one ulp
     rec.update(err_single_vs_fp64=err_single, tolerance=2 * err_single + 2 * ulp, checks={})
     for merge in ("triton", "torch"):
