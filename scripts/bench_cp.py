@@ -153,8 +153,10 @@ def run(args):
     log(f"1 GPU: graph {base_graph} us, eager {base_eager:.1f} us {base_note or ''}")
 
     # correctness first: cp against the 1-GPU result and the float64 reference
-    rec = dict(world=world, rank=rank, local_tokens=local_tokens, local_kv_bytes=kv_bytes(shard.k_cache, local_tokens),
-               baseline_graph_us=base_graph, baseline_eager_us=base_eager, notes=[n for n in [base_note] if n])  # fmt: skip
+    rec = dict(
+        world=world, rank=rank, local_tokens=local_tokens, local_kv_bytes=kv_bytes(shard.k_cache, local_tokens),
+        baseline_graph_us=base_graph, baseline_eager_us=base_eager, notes=[n for n in [base_note] if n],
+    )  # fmt: skip
     ref = reference_fp64(case.q, case.k_cache, case.v_cache, case.cache_seqlens, case.block_table)
     err_single = max_abs(single_out, ref)
     # at the output's own scale (no clamp to 1: over 1M random tokens |out| is ~1e-3, an ulp at 1.0 would pass noise)
@@ -256,6 +258,7 @@ def summarize(out_dir):
         return 1
     rows = [row(runs[n]) for n in sorted(runs)]
     meta = runs[max(runs)]["meta"]
+    how = "CUDA-graph replays" if rows[-1]["timing"] == "graph" else "eager calls"
     fmt = lambda x, p=1: "—" if x is None else f"{x:.{p}f}"  # noqa: E731
     lines = [
         f"# Context-parallel decode, {meta.get('gpu')} ×N (commit {str(meta.get('commit'))[:10]}, torch "
@@ -263,7 +266,7 @@ def summarize(out_dir):
         "",
         f"1 sequence of {meta['seqlen']:,} tokens × batch {meta['batch']}, heads {meta['heads']}, head_dim "
         f"{meta['head_dim']}, bf16, page {meta['page_size']}, {meta['layout']} shards, local backend "
-        f"{meta['backend']}, {meta['timing']}. step µs: {'CUDA-graph replays' if rows[-1]['timing'] == 'graph' else 'eager calls'} "
+        f"{meta['backend']}, {meta['timing']}. step µs: {how} "
         "of the whole step (local kernel, pack, all-gather, Triton merge); parts timed alone the same way; the "
         "slowest rank counts; collective share = all-gather alone / step; speed-up = 1-GPU decode_attention on the "
         f"whole sequence (same process) / step. Read ceiling (torch.sum, 4 GiB): "

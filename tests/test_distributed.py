@@ -59,7 +59,7 @@ def scramble(shard, seed):
     num_pages, page = shard.k_cache.shape[0], shard.k_cache.shape[1]
     # new position of old page i: perm[i]; the spare page is the last position
     perm = torch.randperm(num_pages, generator=gen)
-    spare = torch.full((1, *shard.k_cache.shape[1:]), float("nan"), dtype=shard.k_cache.dtype, device=shard.k_cache.device)
+    spare = shard.k_cache.new_full((1, *shard.k_cache.shape[1:]), float("nan"))
     k = torch.cat([torch.empty_like(shard.k_cache), spare])
     v = torch.cat([torch.empty_like(shard.v_cache), spare])
     k[perm.to(k.device)], v[perm.to(v.device)] = shard.k_cache, shard.v_cache

@@ -64,13 +64,16 @@ def _merge_gathered_kernel(
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
-    tl.store(OUT + offs_r.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :], out.to(OUT.dtype.element_ty), mask=mask_rd)
+    out_ptrs = OUT + offs_r.to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_rd)
     tl.store(LSE + offs_r, lse, mask=mask_r)
 
 
 def merge_gathered_triton(gathered: torch.Tensor, dtype: torch.dtype):
     """(out [B, Hq, D] in ``dtype``, lse [B, Hq] fp32) from gathered [world, B, Hq, D + 1] fp32 (contiguous)."""
-    assert gathered.dtype == torch.float32 and gathered.dim() == 4, f"gathered must be fp32 [W, B, Hq, D+1], got {gathered.dtype} {tuple(gathered.shape)}"
+    assert gathered.dtype == torch.float32 and gathered.dim() == 4, (
+        f"gathered must be fp32 [W, B, Hq, D + 1], got {gathered.dtype} {tuple(gathered.shape)}"
+    )
     assert gathered.is_contiguous(), "gathered must be contiguous (the kernel computes row addresses)"
     world, batch, num_q_heads, head_dim = gathered.shape[0], gathered.shape[1], gathered.shape[2], gathered.shape[3] - 1
     out = torch.empty(batch, num_q_heads, head_dim, dtype=dtype, device=gathered.device)
