@@ -225,6 +225,39 @@ def test_empty_pool(backend, device):
     assert torch.equal(out, torch.zeros_like(q)) and torch.isneginf(lse).all()
 
 
+@pytest.fixture
+def world_of_one(tmp_path):
+    """A gloo process group of this process alone."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("merge", ["torch", "triton"])
+def test_cp_world_of_one_is_decode_attention(world_of_one, merge):
+    """One rank: the merge hands the local output through exactly (bf16 -> fp32 -> bf16 is lossless); the Triton
+    merge's LSE goes through base 2 and back (a few fp32 ulps)."""
+    c = case([0, 9, 30], 6, 3, 16, 8, torch.bfloat16, "cpu", seed=5)
+    out, lse = decode_attention_cp(*c.args, backend="torch_sdpa", merge=merge, return_lse=True)
+    single_out, single_lse = decode_attention(*c.args, backend="torch_sdpa", return_lse=True)
+    assert torch.equal(out, single_out)
+    if merge == "torch":
+        assert torch.equal(lse, single_lse)
+    else:
+        assert lse_err(lse, single_lse) <= 4 * torch.finfo(torch.float32).eps * float(single_lse[1:].abs().max())
+
+
+def test_cp_validation(world_of_one, monkeypatch):
+    c = case([8], 2, 2, 8, 4, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="merge must be one of"):
+        decode_attention_cp(*c.args, merge="nccl")
+    with pytest.raises(TypeError, match="block_table must be int32, got torch.int64"):
+        decode_attention_cp(*c.args[:4], c.block_table.long())
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="merge 'triton' needs CUDA tensors"):
+        decode_attention_cp(*c.args, merge="triton")
+
+
 def test_cp_needs_an_initialized_process_group():
     c = case([8], 2, 2, 8, 4, torch.float32, "cpu")
     with pytest.raises(ValueError, match="torch.distributed is not initialized"):

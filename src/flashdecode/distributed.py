@@ -81,15 +81,17 @@ def decode_attention_cp(
         raise ValueError("group: torch.distributed is not initialized (call torch.distributed.init_process_group)")
     if not isinstance(merge, str) or merge not in MERGES:
         raise ValueError(f"merge must be one of {MERGES}, got {merge!r}")
+    # a q that is not a tensor is reported by decode_attention below
+    on_cuda = getattr(q, "is_cuda", False)
+    if merge == "auto":
+        merge = "triton" if on_cuda else "torch"
+    if merge == "triton" and not (on_cuda or _triton_merge().interpreting()):
+        raise ValueError(f"merge 'triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got {q.device}")
     # validates every tensor argument, then computes this rank's partial
     local_out, local_lse = decode_attention(
         q, k_cache, v_cache, cache_seqlens, block_table,
         softmax_scale=softmax_scale, backend=backend, num_splits=num_splits, return_lse=True,
     )  # fmt: skip
-    if merge == "auto":
-        merge = "triton" if q.is_cuda else "torch"
-    if merge == "triton" and not (q.is_cuda or _triton_merge().interpreting()):
-        raise ValueError(f"merge 'triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got {q.device}")
 
     batch, num_q_heads, head_dim = q.shape[0], q.shape[-2], q.shape[-1]
     world = dist.get_world_size(group)
@@ -117,6 +119,8 @@ def merge_gathered(gathered, dtype, *, merge="torch"):
     Returns:
         (out [B, Hq, D] in ``dtype``, lse [B, Hq] float32). All ranks empty: out = 0, lse = -inf.
     """
+    if merge not in ("torch", "triton"):
+        raise ValueError(f"merge must be 'torch' or 'triton', got {merge!r}")
     if merge == "triton":
         return _triton_merge().merge_gathered_triton(gathered, dtype)
     head_dim = gathered.shape[-1] - 1
