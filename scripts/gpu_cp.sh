@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Context-parallel decode on the GPUs of one host (issue 8): tests natively, then the benchmark on 1, 2 and 4 GPUs
 # (as many as are visible). Run from the repo root; logs and results go under $OUT:
-#   OUT=/some/dir bash scripts/gpu_cp.sh              # steps "test bench" (about 4 minutes on 4 H200s)
-#   OUT=/some/dir bash scripts/gpu_cp.sh bench        # benchmark only (about 3 minutes)
+#   FLASHDECODE_COMMIT=<sha> OUT=/some/dir bash scripts/gpu_cp.sh    # "test bench": ~4-5 min on 4 H200s, at most 9
+#   OUT=/some/dir bash scripts/gpu_cp.sh bench        # benchmark only: ~3 min, at most 6 (timeouts 120 s per N)
 # Files under $OUT: pytest-distributed.log, cp-N{1,2,4}.log, results.json (every rank's numbers), results.md.
 set -uo pipefail
 steps=${1:-"test bench"}
@@ -21,14 +21,14 @@ for step in $steps; do
     test)
       # gloo on the CPU (world 2 and 3) and, with 2 GPUs, NCCL with the native Triton kernels
       start=$(date +%s)
-      timeout 240 $PY -m pytest -q -p no:cacheprovider tests/test_distributed.py > "$OUT/pytest-distributed.log" 2>&1
+      timeout 180 $PY -m pytest -q -p no:cacheprovider tests/test_distributed.py > "$OUT/pytest-distributed.log" 2>&1
       echo "pytest tests/test_distributed.py: exit $?, $(tail -1 "$OUT/pytest-distributed.log") in $(( $(date +%s) - start ))s"
       grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/pytest-distributed.log" | head -10 ;;
     bench)
       for n in 1 2 4; do
         if [ "$n" -gt "$ngpu" ]; then echo "N=$n: skipped, $ngpu GPUs"; continue; fi
         start=$(date +%s)
-        timeout 150 $PY -m torch.distributed.run --standalone --nproc_per_node "$n" scripts/bench_cp.py --out "$OUT" \
+        timeout 120 $PY -m torch.distributed.run --standalone --nproc_per_node "$n" scripts/bench_cp.py --out "$OUT" \
           > "$OUT/cp-N$n.log" 2>&1
         echo "N=$n: exit $? in $(( $(date +%s) - start ))s"
         grep "^\[rank" "$OUT/cp-N$n.log" | tail -14
