@@ -50,6 +50,9 @@ def dense_gather(k_cache, v_cache, cache_seqlens, block_table):
     """
     batch, max_pages = block_table.shape
     page_size = k_cache.shape[1]
+    if k_cache.shape[0] == 0:
+        # an empty pool (a context-parallel rank without pages): the masked gather below reads page 0
+        k_cache = v_cache = k_cache.new_zeros(1, *k_cache.shape[1:])
     pos = torch.arange(max_pages * page_size, device=block_table.device)
     valid = pos[None, :] < cache_seqlens[:, None]
     # table entries past the sequence may be -1 or garbage: replace them before indexing
