@@ -20,27 +20,25 @@ from flashdecode.reference import reference_dense
 
 ROWS = [
     Row([65536], 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([131072], 12, 2),
-    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([256] * 256, 12, 2),
-    Row([65536], 12, 12), Row([131072], 32, 32),
-    # where does the better tile for group 1 change? (KV heads 8..32, one 32k sequence)
-    Row([32768], 8, 8), Row([32768], 12, 12), Row([32768], 16, 16), Row([32768], 24, 24), Row([32768], 32, 32),
+    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([256] * 256, 12, 2), Row([131072] + [1024] * 63, 32, 8),
+    Row([65536], 12, 12), Row([131072], 12, 12), Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12),
+    Row([8192], 32, 32), Row([32768], 32, 32), Row([131072], 32, 32),
+    Row([32768], 8, 8), Row([32768], 12, 12), Row([32768], 16, 16), Row([32768], 24, 24),
 ]
 BN64 = dict(BLOCK_N=64, num_stages=3)
-# (name, module attributes to set, partial tile override); the first is the baseline
+WIDE = (256, 4)
+# (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("base", {}, None),
-    ("comb256x4", dict(COMBINE_BLOCK_S=256, COMBINE_D_BLOCKS=4), None),
-    ("comb128x4", dict(COMBINE_BLOCK_S=128, COMBINE_D_BLOCKS=4), None),
-    ("comb256x8", dict(COMBINE_BLOCK_S=256, COMBINE_D_BLOCKS=8), None),
-    ("bn64", {}, BN64),
-    ("bn64+comb256x4", dict(COMBINE_BLOCK_S=256, COMBINE_D_BLOCKS=4), BN64),
-    ("sat2", dict(SATURATION_PER_SM=2), None),
-    ("sat8", dict(SATURATION_PER_SM=8), None),
-    ("ovh128", dict(CHUNK_OVERHEAD_TOKENS=128), None),
-    ("nopdl", dict(PDL=False), None),
+    ("base", {}),
+    ("wide", dict(COMBINE_WIDE=WIDE)),
+    ("tile", dict(SMALL_GROUP_SPLIT_TILE=BN64)),
+    ("res", dict(PLAN_RESIDENCY=True)),
+    ("tile+res", dict(SMALL_GROUP_SPLIT_TILE=BN64, PLAN_RESIDENCY=True)),
+    ("all", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64, PLAN_RESIDENCY=True)),
+    ("all-pdl", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64, PLAN_RESIDENCY=True, PDL=False)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
-            ("COMBINE_BLOCK_S", "COMBINE_D_BLOCKS", "SATURATION_PER_SM", "CHUNK_OVERHEAD_TOKENS")}  # fmt: skip
+            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "PLAN_RESIDENCY", "SATURATION_PER_SM")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -77,13 +75,13 @@ def main():
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         results = []
-        for name, attrs, tile in VARIANTS:
+        for name, attrs in VARIANTS:
             set_variant(attrs)
             it = itertools.cycle(copies)
             out = torch.empty_like(c.q)
 
             def fn():
-                return triton_splitk.decode_splitk(*next(it).args, 128**-0.5, out, None, config=tile)
+                return triton_splitk.decode_splitk(*next(it).args, 128**-0.5, out, None)
 
             try:
                 err = max_err(fn()[0], ref)
@@ -97,7 +95,7 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("base", "comb256x4"):
+            if name in ("base", "all"):
                 profile_row(row, fn, prof_log)
         by = {r["variant"]: r["us"] for r in results}
         table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))

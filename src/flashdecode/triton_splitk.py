@@ -64,6 +64,15 @@ MAX_PLANNED_BATCH = 512
 COMBINE_BLOCK_S = 64
 # the combine splits the head dim over this many programs (more programs for few (sequence, head) pairs)
 COMBINE_D_BLOCKS = 1
+# when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
+# COMBINE_WIDE = (chunks per block, head-dim blocks): one wide load instead of a chain of dependent ones
+COMBINE_WIDE = None
+# partial tile for groups < 4 in split-K, where every program is one of many short ones (None: launch_config's)
+SMALL_GROUP_SPLIT_TILE = None
+# the planner counts waves of the programs that fit on an SM at once (from the tile's shared memory), not 1
+PLAN_RESIDENCY = False
+# shared memory per SM that the tiles may fill (H100 / H200: 228 KB, 1 KB reserved per program)
+SMEM_PER_SM = 227 * 1024
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -72,13 +81,15 @@ DETERMINISTIC_SPLIT_TOKENS = 1024
 def _chunk_layout(
     SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, RESIDENT: tl.constexpr,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
 
     Candidate chunk sizes C_k = BLOCK_N * 2^k. With P_k = Hkv * sum_b ceil(L_b / C_k) programs on S SMs, an SM runs
     ceil(P_k / S) of them one after another and needs SATURATION resident ones to reach its share of the bandwidth,
-    so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). The cheapest feasible
+    so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). With RESIDENT > 1
+    programs on an SM at once, programs run in waves of RESIDENT: ceil(P_k / S) is rounded up to a multiple of
+    RESIDENT (a last wave half full costs a whole wave). The cheapest feasible
     candidate (P_k / Hkv <= max_chunks, the grid's slots) wins, ties to the larger chunk.
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b).
     """
@@ -90,7 +101,7 @@ def _chunk_layout(
     # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate; ceil(L / 2^j) as a shift, not an integer division
     shift = (offs_k + LOG2_BLOCK_N)[:, None]
     count = tl.sum((lens[None, :] + (cand[:, None] - 1)) >> shift, axis=1).to(tl.int64)
-    per_sm = tl.cdiv(count * num_kv_heads, num_sms)
+    per_sm = tl.cdiv(count * num_kv_heads, num_sms * RESIDENT) * RESIDENT
     cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
@@ -104,14 +115,15 @@ def _chunk_layout(
 def _plan_kernel(
     SEQLENS, PLAN, batch, num_kv_heads, num_sms, max_chunks, stride_sl,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, USE_PDL: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, RESIDENT: tl.constexpr, BLOCK_I: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
     sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Grid: chunk slots / BLOCK_I."""
     chunk, n, incl, offs_b = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, RESIDENT,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -320,6 +332,12 @@ def _combine_kernel(
         tl.store(LSE + seq * num_q_heads + head, lse)
 
 
+def resident_programs(cfg, itemsize: int) -> int:
+    """Partial programs that fit on one SM at once, from the K and V tiles of every pipeline stage (1 to 4)."""
+    smem = cfg["num_stages"] * cfg["BLOCK_N"] * cfg["BLOCK_D"] * itemsize * 2 + 1024
+    return max(1, min(4, SMEM_PER_SM // smem))
+
+
 def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
     """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
     B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
@@ -345,17 +363,18 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int, split_tokens: int =
 
 
 def chunk_plan(
-    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None, resident=1
 ) -> list[tuple[int, int, int]]:
     """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
-    (saturation: the planner's programs per SM, SATURATION_PER_SM unless given)."""
+    (saturation: the planner's programs per SM, SATURATION_PER_SM unless given; resident: programs per SM at once)."""
     saturation = SATURATION_PER_SM if saturation is None else saturation
     max_len = max(seqlens, default=0)
     best = None
     for k in range(num_cand):
         cand = block_n << k
         count = sum(triton.cdiv(n, cand) for n in seqlens)
-        cost = max(triton.cdiv(count * num_kv_heads, num_sms), saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
+        per_sm = triton.cdiv(count * num_kv_heads, num_sms * resident) * resident
+        cost = max(per_sm, saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
@@ -363,33 +382,44 @@ def chunk_plan(
     return [(b, s, min(s + chunk, n)) for b, n in enumerate(seqlens) for s in range(0, n, chunk)]
 
 
-def launch_plan(cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False):
+def launch_plan(
+    cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, resident=1
+):
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
-    block_n * 2^k tokens (k < num_cand) for at most max_chunks chunk slots, saturation programs per SM wanted."""
+    block_n * 2^k tokens (k < num_cand) for at most max_chunks chunk slots, saturation programs per SM wanted,
+    resident programs per SM at once."""
     batch = cache_seqlens.shape[0]
     plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
     block_i = 64
     _plan_kernel[(triton.cdiv(max_chunks, block_i),)](
         cache_seqlens, plan, batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
         BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
-        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i, USE_PDL=pdl,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, RESIDENT=resident, BLOCK_I=block_i,
+        USE_PDL=pdl,
     )  # fmt: skip
     return plan
 
 
-def launch_combine(o_part, lse_part, out, lse, plan, max_chunks, num_splits, deterministic=False, pdl=False):
+def launch_combine(
+    o_part, lse_part, out, lse, plan, max_chunks, num_splits, deterministic=False, pdl=False, num_sms=None
+):
     """Run _combine_kernel over the partials o_part [chunks, Hq, BLOCK_D] and lse_part [chunks, Hq] (fp32) into
     out [B, Hq, D] and lse (None or contiguous [B, Hq] fp32). num_splits: 0 for the planned mode (plan from
     ``launch_plan``, max_chunks slots), S for fixed splits. deterministic: blocks of COMBINE_BLOCK_S chunks always,
-    so the summation tree does not depend on S. pdl: launched with programmatic dependent launch."""
+    so the summation tree does not depend on S. pdl: launched with programmatic dependent launch. num_sms: lets
+    a call with few (sequence, head) pairs use the COMBINE_WIDE blocks."""
     batch, num_q_heads, head_dim = out.shape
     fixed, block_d = num_splits, o_part.shape[2]
-    d_blocks = COMBINE_D_BLOCKS if block_d % (16 * COMBINE_D_BLOCKS) == 0 else 1
+    block_s, d_blocks = COMBINE_BLOCK_S, COMBINE_D_BLOCKS
+    if COMBINE_WIDE and not deterministic and num_sms is not None and batch * num_q_heads < num_sms:
+        block_s, d_blocks = COMBINE_WIDE
+    if block_d % (16 * d_blocks):
+        d_blocks = 1
     _combine_kernel[(num_q_heads, batch, d_blocks)](
         o_part, lse_part, out, lse if lse is not None else lse_part, plan, batch, max_chunks,
         out.stride(0), out.stride(1),
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
-        BLOCK_S=min(COMBINE_BLOCK_S, triton.next_power_of_2(fixed)) if fixed > 1 and not deterministic else COMBINE_BLOCK_S,
+        BLOCK_S=min(block_s, triton.next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, USE_PDL=pdl,
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
@@ -414,7 +444,10 @@ def decode_splitk(
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
+    cfg = launch_config(head_dim, group, q.dtype)
+    if SMALL_GROUP_SPLIT_TILE and group < 4 and cfg["BLOCK_D"] <= 128:
+        cfg.update(SMALL_GROUP_SPLIT_TILE)
+    cfg.update(config or {})
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     max_tokens = block_table.shape[1] * page_size
@@ -434,8 +467,9 @@ def decode_splitk(
     if fixed:
         plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     else:
+        resident = resident_programs(cfg, q.element_size()) if PLAN_RESIDENCY else 1
         plan = launch_plan(
-            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl
+            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl, resident
         )
     _partial_kernel[(chunks, num_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out, lse_arg,
@@ -449,7 +483,9 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, USE_PDL=pdl,
         **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
     )  # fmt: skip
-    launch_combine(o_part, lse_part, out, lse, plan, chunks, fixed, deterministic=bool(split_tokens), pdl=pdl)
+    launch_combine(
+        o_part, lse_part, out, lse, plan, chunks, fixed, deterministic=bool(split_tokens), pdl=pdl, num_sms=num_sms
+    )
     if return_partials:
         return out, lse, o_part, lse_part
     return out, lse
