@@ -29,16 +29,14 @@ BN64 = dict(BLOCK_N=64, num_stages=3)
 WIDE = (256, 4)
 # (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("base", {}),
-    ("wide", dict(COMBINE_WIDE=WIDE)),
-    ("tile", dict(SMALL_GROUP_SPLIT_TILE=BN64)),
-    ("res", dict(PLAN_RESIDENCY=True)),
-    ("tile+res", dict(SMALL_GROUP_SPLIT_TILE=BN64, PLAN_RESIDENCY=True)),
-    ("all", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64, PLAN_RESIDENCY=True)),
-    ("all-pdl", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64, PLAN_RESIDENCY=True, PDL=False)),
+    ("base", dict(COMBINE_WIDE=None, SMALL_GROUP_SPLIT_TILE=None)),
+    ("wide", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=None)),
+    ("tile", dict(COMBINE_WIDE=None, SMALL_GROUP_SPLIT_TILE=BN64)),
+    ("all", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64)),
+    ("all-pdl", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64, PDL=False)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
-            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "PLAN_RESIDENCY", "SATURATION_PER_SM")}  # fmt: skip
+            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM")}  # fmt: skip
 
 
 def set_variant(attrs):

@@ -65,14 +65,14 @@ COMBINE_BLOCK_S = 64
 # the combine splits the head dim over this many programs (more programs for few (sequence, head) pairs)
 COMBINE_D_BLOCKS = 1
 # when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
-# COMBINE_WIDE = (chunks per block, head-dim blocks): one wide load instead of a chain of dependent ones
-COMBINE_WIDE = None
-# partial tile for groups < 4 in split-K, where every program is one of many short ones (None: launch_config's)
-SMALL_GROUP_SPLIT_TILE = None
-# the planner counts waves of the programs that fit on an SM at once (from the tile's shared memory), not 1
-PLAN_RESIDENCY = False
-# shared memory per SM that the tiles may fill (H100 / H200: 228 KB, 1 KB reserved per program)
-SMEM_PER_SM = 227 * 1024
+# COMBINE_WIDE = (chunks per block, head-dim blocks): one wide load instead of a chain of four dependent ones.
+# H200, 12/2 rows: 1 x 65536 32.3 -> 27.8 us, 1 x 131072 49.3 -> 43.9 us; other rows unchanged (None: off)
+COMBINE_WIDE = (256, 4)
+# partial tile for groups < 4 in split-K when a token row (Hkv * D * itemsize bytes) is a power of two; None: off.
+# H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
+# 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement)
+SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
+
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -81,15 +81,13 @@ DETERMINISTIC_SPLIT_TOKENS = 1024
 def _chunk_layout(
     SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, RESIDENT: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
 
     Candidate chunk sizes C_k = BLOCK_N * 2^k. With P_k = Hkv * sum_b ceil(L_b / C_k) programs on S SMs, an SM runs
     ceil(P_k / S) of them one after another and needs SATURATION resident ones to reach its share of the bandwidth,
-    so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). With RESIDENT > 1
-    programs on an SM at once, programs run in waves of RESIDENT: ceil(P_k / S) is rounded up to a multiple of
-    RESIDENT (a last wave half full costs a whole wave). The cheapest feasible
+    so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). The cheapest feasible
     candidate (P_k / Hkv <= max_chunks, the grid's slots) wins, ties to the larger chunk.
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b).
     """
@@ -101,7 +99,7 @@ def _chunk_layout(
     # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate; ceil(L / 2^j) as a shift, not an integer division
     shift = (offs_k + LOG2_BLOCK_N)[:, None]
     count = tl.sum((lens[None, :] + (cand[:, None] - 1)) >> shift, axis=1).to(tl.int64)
-    per_sm = tl.cdiv(count * num_kv_heads, num_sms * RESIDENT) * RESIDENT
+    per_sm = tl.cdiv(count * num_kv_heads, num_sms)
     cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
@@ -115,15 +113,14 @@ def _chunk_layout(
 def _plan_kernel(
     SEQLENS, PLAN, batch, num_kv_heads, num_sms, max_chunks, stride_sl,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, RESIDENT: tl.constexpr, BLOCK_I: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
     sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Grid: chunk slots / BLOCK_I."""
     chunk, n, incl, offs_b = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, RESIDENT,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -332,12 +329,6 @@ def _combine_kernel(
         tl.store(LSE + seq * num_q_heads + head, lse)
 
 
-def resident_programs(cfg, itemsize: int) -> int:
-    """Partial programs that fit on one SM at once, from the K and V tiles of every pipeline stage (1 to 4)."""
-    smem = cfg["num_stages"] * cfg["BLOCK_N"] * cfg["BLOCK_D"] * itemsize * 2 + 1024
-    return max(1, min(4, SMEM_PER_SM // smem))
-
-
 def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
     """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
     B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
@@ -363,17 +354,17 @@ def split_bounds(seqlen: int, num_splits: int, block_n: int, split_tokens: int =
 
 
 def chunk_plan(
-    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None, resident=1
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None
 ) -> list[tuple[int, int, int]]:
     """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
-    (saturation: the planner's programs per SM, SATURATION_PER_SM unless given; resident: programs per SM at once)."""
+    (saturation: the planner's programs per SM, SATURATION_PER_SM unless given)."""
     saturation = SATURATION_PER_SM if saturation is None else saturation
     max_len = max(seqlens, default=0)
     best = None
     for k in range(num_cand):
         cand = block_n << k
         count = sum(triton.cdiv(n, cand) for n in seqlens)
-        per_sm = triton.cdiv(count * num_kv_heads, num_sms * resident) * resident
+        per_sm = triton.cdiv(count * num_kv_heads, num_sms)
         cost = max(per_sm, saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
@@ -382,20 +373,16 @@ def chunk_plan(
     return [(b, s, min(s + chunk, n)) for b, n in enumerate(seqlens) for s in range(0, n, chunk)]
 
 
-def launch_plan(
-    cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, resident=1
-):
+def launch_plan(cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False):
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
-    block_n * 2^k tokens (k < num_cand) for at most max_chunks chunk slots, saturation programs per SM wanted,
-    resident programs per SM at once."""
+    block_n * 2^k tokens (k < num_cand) for at most max_chunks chunk slots, saturation programs per SM wanted."""
     batch = cache_seqlens.shape[0]
     plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
     block_i = 64
     _plan_kernel[(triton.cdiv(max_chunks, block_i),)](
         cache_seqlens, plan, batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
         BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
-        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, RESIDENT=resident, BLOCK_I=block_i,
-        USE_PDL=pdl,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i, USE_PDL=pdl,
     )  # fmt: skip
     return plan
 
@@ -445,7 +432,8 @@ def decode_splitk(
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     cfg = launch_config(head_dim, group, q.dtype)
-    if SMALL_GROUP_SPLIT_TILE and group < 4 and cfg["BLOCK_D"] <= 128:
+    row_bytes = num_kv_heads * head_dim * q.element_size()
+    if SMALL_GROUP_SPLIT_TILE and group < 4 and cfg["BLOCK_D"] <= 128 and row_bytes & (row_bytes - 1) == 0:
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     cfg.update(config or {})
     if num_sms is None:
@@ -467,9 +455,8 @@ def decode_splitk(
     if fixed:
         plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     else:
-        resident = resident_programs(cfg, q.element_size()) if PLAN_RESIDENCY else 1
         plan = launch_plan(
-            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl, resident
+            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl
         )
     _partial_kernel[(chunks, num_kv_heads)](
         q, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out, lse_arg,
