@@ -51,7 +51,8 @@ def dot_in_fp32(dtype) -> bool:
 # (scripts/sweep.py): tl.dot won even for MHA (group 1 padded to 16 rows), so every group uses it
 DOT_MIN_GROUP = 1
 # query rows per program at most: the q tile and the fp32 accumulator [BLOCK_H, BLOCK_D] live in registers, so
-# BLOCK_H * BLOCK_D is capped (64 rows at head_dim <= 128, 32 at 256); more rows get more head blocks in the grid
+# BLOCK_H <= 64 and BLOCK_H * BLOCK_D is capped (32 rows at head_dim 256); more rows get more head blocks in the grid
+MAX_TILE_ROWS = 64
 MAX_TILE_ROWS_X_D = 64 * 128
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
@@ -68,8 +69,8 @@ def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize:
     * head_dim 256: BLOCK_N halved to keep the same shared memory;
     * then BLOCK_N halves while BLOCK_N x BLOCK_D x stages x 2 x itemsize > SMEM_BUDGET (fp32 caches).
     BLOCK_H: the q_len x group query rows, padded to 16 (the smallest tl.dot height), at most
-    MAX_TILE_ROWS_X_D / BLOCK_D; rows beyond it go to further head blocks (grid dimension), each of which reads the
-    KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
+    min(MAX_TILE_ROWS, MAX_TILE_ROWS_X_D / BLOCK_D); rows beyond it go to further head blocks (a grid dimension),
+    each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
     """
     import torch
@@ -85,7 +86,7 @@ def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize:
         block_n //= 2
     block_h = max(16, triton.next_power_of_2(rows)) if use_dot else triton.next_power_of_2(rows)
     return dict(
-        BLOCK_H=min(block_h, max(16, MAX_TILE_ROWS_X_D // block_d)),
+        BLOCK_H=min(block_h, MAX_TILE_ROWS, max(16, MAX_TILE_ROWS_X_D // block_d)),
         BLOCK_D=block_d,
         BLOCK_N=block_n,
         USE_DOT=use_dot,
