@@ -66,11 +66,12 @@ def test_softcap(backend, num_splits, device):
 
 @pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
 def test_softcap_huge_logits_stay_finite(backend, num_splits, device):
-    """Logits of ~1e4 (q scaled up): tanh saturates to +-softcap without overflow, no NaN / inf."""
+    """Logits of a few hundred (q scaled up) over softcap 2: exp(2 logit / softcap) would overflow fp32; tanh
+    saturates to +-softcap instead, no NaN / inf."""
     c = case([3, 40], 8, 2, 64, 16, torch.float16, device, seed=22)
     q = c.q * 300
     args = (q,) + c.args[1:]
-    out, lse = check(args, backend, num_splits, softcap=30.0)
+    out, lse = check(args, backend, num_splits, softcap=2.0)
     assert torch.isfinite(out).all() and torch.isfinite(lse).all()
     # without the cap the same logits overflow nothing either, but the answer differs: the cap is applied
     plain = decode_attention(*args, backend=backend, num_splits=num_splits)
