@@ -120,7 +120,7 @@ def decode_attention(
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
             )
-        _BACKEND_FNS[name](q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, splits, features)
+        _BACKEND_FNS[name](q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits)
     return (out, lse) if return_lse else out
 
 
@@ -166,7 +166,7 @@ def _num_sms(device: torch.device) -> int:
 def _from_torch(fn, with_features=True):
     """Adapt a function returning (out, lse) to the backend signature that writes into out / lse."""
 
-    def run(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits, features):
+    def run(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
         kwargs = {}
         if with_features:
             kwargs = dict(
@@ -181,11 +181,11 @@ def _from_torch(fn, with_features=True):
     return run
 
 
-def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits, features):
+def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
     _kernels()[1].decode_single(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features=features)
 
 
-def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits, features):
+def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
     splitk = _kernels()[2]
     if num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH:
         num_splits = 1

@@ -278,7 +278,8 @@ def window_start(seqlen, window, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr):
     """First token any query row of a sequence can see: the window of its first new token, or 0."""
     if HAS_WINDOW:
         return tl.maximum(seqlen - Q_LEN - window, 0)
-    return seqlen * 0
+    # a literal: without a window the loop starts at a compile-time 0, as before the features
+    return 0
 
 
 @triton.jit
