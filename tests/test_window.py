@@ -8,7 +8,14 @@ from helpers import case, lse_err, max_err
 
 from flashdecode import decode_attention
 from flashdecode.reference import reference_dense
-from flashdecode.triton_splitk import chunk_plan, decode_splitk, num_candidates, splitk_partials_mirror, visible_start
+from flashdecode.triton_splitk import (
+    chunk_plan,
+    decode_splitk,
+    grid_chunks,
+    num_candidates,
+    splitk_partials_mirror,
+    visible_start,
+)
 
 
 def poison_before_window(c, window_left, q_len=1):
@@ -69,9 +76,8 @@ def test_planned_window_partials_match_mirror(device):
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True,
         features=_window_features(window),
     )  # fmt: skip
-    from flashdecode.triton_splitk import grid_chunks
-
-    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(3, 2, num_sms), block_n, num_candidates(c.block_table.shape[1] * 16, block_n), window)
+    num_cand = num_candidates(c.block_table.shape[1] * 16, block_n)
+    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(3, 2, num_sms), block_n, num_cand, window)
     assert sum(1 for b, _, _ in chunks if b == 0) > 1 and chunks[0][1] == 300 - 1 - window
     ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
     multi = torch.tensor([b == 0 for b, _, _ in chunks])

@@ -229,7 +229,9 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, ba
     if q.dim() not in (3, 4):
         raise ValueError(f"q must be [B, Hq, D] or [B, 1, Hq, D], got {q.dim()} dims {tuple(q.shape)}")
     if q.dim() == 4 and not 1 <= q.shape[1] <= MAX_Q_LEN:
-        raise ValueError(f"q as [B, q_len, Hq, D] must have q_len 1..{MAX_Q_LEN}, got q_len {q.shape[1]} (shape {tuple(q.shape)})")
+        raise ValueError(
+            f"q as [B, q_len, Hq, D] must have q_len 1..{MAX_Q_LEN}, got q_len {q.shape[1]} (shape {tuple(q.shape)})"
+        )
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be [num_pages, page_size, Hkv, D], got {t.dim()} dims {tuple(t.shape)}")
@@ -321,10 +323,14 @@ def _validate_features(q, k_cache, backend, softcap, alibi_slopes, sinks, window
         if x is None:
             continue
         if not fp8:
-            raise ValueError(f"{name} applies to an fp8 cache (float8_e4m3fn / float8_e5m2), got k_cache {k_cache.dtype}")
+            raise ValueError(
+                f"{name} applies to an fp8 cache (float8_e4m3fn / float8_e5m2), got k_cache {k_cache.dtype}"
+            )
         if isinstance(x, torch.Tensor):
             if x.dtype != torch.float32 or x.numel() != 1:
-                raise ValueError(f"{name} must be a 0-d / 1-element float32 tensor, got {x.dtype} shape {tuple(x.shape)}")
+                raise ValueError(
+                    f"{name} must be a 0-d / 1-element float32 tensor, got {x.dtype} shape {tuple(x.shape)}"
+                )
             if x.device != q.device:
                 raise ValueError(f"{name} must be on q's device {q.device}, got {x.device}")
         elif isinstance(x, bool) or not isinstance(x, (int, float)):

@@ -74,7 +74,8 @@ def _feature_logits(scores, seqlen, softcap, alibi_slopes, sinks, window_left):
     key_pos = torch.arange(seqlen, device=scores.device)
     query_pos = seqlen - q_len + torch.arange(q_len, device=scores.device)
     if alibi_slopes is not None:
-        scores = scores + (alibi_slopes[None, :, None] * (key_pos[None, None, :] - query_pos[:, None, None])).to(scores.dtype)
+        bias = alibi_slopes[None, :, None] * (key_pos[None, None, :] - query_pos[:, None, None])
+        scores = scores + bias.to(scores.dtype)
     visible = key_pos[None, :] <= query_pos[:, None]
     if window_left is not None:
         visible &= key_pos[None, :] >= query_pos[:, None] - window_left

@@ -116,7 +116,8 @@ class Features:
     def kernel_args(self, dummy) -> dict:
         """Keyword arguments shared by the single-pass and partial kernels; ``dummy`` fills unused pointers."""
         scale_ptr = not isinstance(self.k_scale, (int, float))
-        assert scale_ptr == (not isinstance(self.v_scale, (int, float))), "k_scale and v_scale: both floats or both tensors"
+        both = scale_ptr == (not isinstance(self.v_scale, (int, float)))
+        assert both, "k_scale and v_scale: both floats or both device tensors"
         return dict(
             softcap=float(self.softcap or 0.0),
             window=int(self.window_left if self.window_left is not None else 0),
