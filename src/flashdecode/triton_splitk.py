@@ -36,7 +36,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, Features, attend_group, dot_in_fp32, launch_config, store_group, window_start
+from .triton_common import (
+    LOG2E,
+    Features,
+    attend_group,
+    dot_in_fp32,
+    group_rows,
+    launch_config,
+    store_group,
+    window_start,
+)
 from .triton_single import as_rows
 
 __all__ = ["decode_splitk", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
@@ -218,10 +227,10 @@ def _partial_kernel(
     else:
         # partials are contiguous [chunks, Q_LEN * Hq, BLOCK_D] and [chunks, Q_LEN * Hq], row = token * Hq + head;
         # no sink here: it joins once, in the combine
-        offs_r = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
-        mask_h = offs_r < Q_LEN * GROUP
-        rows = chunk_id.to(tl.int64) * (Q_LEN * num_q_heads) + (offs_r // GROUP) * num_q_heads
-        rows += kv_head * GROUP + offs_r % GROUP
+        row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+        rows = chunk_id.to(tl.int64) * (Q_LEN * num_q_heads) + row_head
+        if Q_LEN > 1:
+            rows += row_tok * num_q_heads
         tl.store(O_PART + rows[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :], out, mask=mask_h[:, None])
         tl.store(LSE_PART + rows, lse, mask=mask_h)
 
