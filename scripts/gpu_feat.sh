@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 5 (model features) on the GPU: native tests, then the fp8 / window / head-dim benchmark rows.
-#   OUT=/some/dir bash scripts/gpu_feat.sh        (from the repo root; ~3-4 minutes on one H200, at most ~6.5)
+#   OUT=/some/dir bash scripts/gpu_feat.sh        (from the repo root; ~4 minutes on one H200, at most ~6.5)
 # Steps (each runs even if an earlier one failed):
 #   1. make venv
 #   2. the whole pytest suite natively (-n 8): the feature tests on the tensor-core / fp8 -> bf16 paths, the GPU-only
@@ -8,7 +8,8 @@
 #      window at 32k faster) and every earlier test (the default path must be unchanged)
 #   3. flashdecode bench: presets dims (head_dim 64/128/256), ragged (regression), fp8 (bf16 vs e4m3 vs e5m2
 #      cache), window (32k context, W = 4096 vs full); compared with the refactor-check results of commit de92a10
-# Results under $OUT: pytest.log, bench.log, bench/ (results.json, results.md), summary.txt; the summary is
+#   4. scripts/feat_configs.py: 4 vs 8 warps for the new large-row tiles (groups 64/128, q_len 8, head_dim 256)
+# Results under $OUT: pytest.log, configs.log, bench.log, bench/ (results.json, results.md), summary.txt; the summary is
 # printed last.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -21,16 +22,21 @@ note "commit $(git rev-parse --short HEAD 2>/dev/null || echo "${FLASHDECODE_COM
 make venv > "$OUT/venv.log" 2>&1; note "make venv: exit $?"
 
 start=$(date +%s)
-timeout 200 .venv/bin/python -m pytest -q -n 8 -p no:cacheprovider -rs tests > "$OUT/pytest.log" 2>&1
+timeout 160 .venv/bin/python -m pytest -q -n 8 -p no:cacheprovider -rs tests > "$OUT/pytest.log" 2>&1
 rc=$?
 note "pytest native (all tests, -n 8): exit $rc, $(tail -1 "$OUT/pytest.log") in $(( $(date +%s) - start ))s"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -20 | tee -a "$summary"
 
 start=$(date +%s)
-timeout 150 .venv/bin/python -m flashdecode bench --no-progress --preset dims,ragged,fp8,window \
+timeout 120 .venv/bin/python -m flashdecode bench --no-progress --preset dims,ragged,fp8,window \
   --backends auto,triton,triton_splitk --out "$OUT/bench" \
   --compare docs/benchmarks/h200-2026-11-22/refactor-check/results.json > "$OUT/bench.log" 2>&1
 note "bench: exit $? in $(( $(date +%s) - start ))s"
+
+start=$(date +%s)
+timeout 90 .venv/bin/python scripts/feat_configs.py > "$OUT/configs.log" 2>&1
+note "launch-table check (4 vs 8 warps on large-row tiles): exit $? in $(( $(date +%s) - start ))s"
+cat "$OUT/configs.log" | tee -a "$summary"
 
 # the rows: graph µs per backend, GB/s (bytes: fp8 = 1 byte per element; window = only the window's tokens)
 .venv/bin/python - "$OUT/bench/results.json" <<'PY' 2>&1 | tee -a "$summary"

@@ -54,6 +54,10 @@ DOT_MIN_GROUP = 1
 # BLOCK_H <= 64 and BLOCK_H * BLOCK_D is capped (32 rows at head_dim 256); more rows get more head blocks in the grid
 MAX_TILE_ROWS = 64
 MAX_TILE_ROWS_X_D = 64 * 128
+# [BLOCK_H, BLOCK_D] tiles larger than this get 8 warps: with 4, ptxas spills ~800 bytes per thread at 64 x 128
+# (scripts/ttgir_ops.py-style sm90 compile without a GPU; 8 warps: 24 bytes). Not yet timed: scripts/gpu_feat.sh
+# times both on such rows. Every measured bf16 configuration (BLOCK_H x BLOCK_D <= 32 x 128) keeps 4 warps
+WIDE_TILE = 32 * 128
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
@@ -71,6 +75,7 @@ def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize:
     BLOCK_H: the q_len x group query rows, padded to 16 (the smallest tl.dot height), at most
     min(MAX_TILE_ROWS, MAX_TILE_ROWS_X_D / BLOCK_D); rows beyond it go to further head blocks (a grid dimension),
     each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
+    num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
     """
     import torch
@@ -85,12 +90,13 @@ def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize:
     while block_n > 16 and block_n * block_d * stages * 2 * itemsize > SMEM_BUDGET:
         block_n //= 2
     block_h = max(16, triton.next_power_of_2(rows)) if use_dot else triton.next_power_of_2(rows)
+    block_h = min(block_h, MAX_TILE_ROWS, max(16, MAX_TILE_ROWS_X_D // block_d))
     return dict(
-        BLOCK_H=min(block_h, MAX_TILE_ROWS, max(16, MAX_TILE_ROWS_X_D // block_d)),
+        BLOCK_H=block_h,
         BLOCK_D=block_d,
         BLOCK_N=block_n,
         USE_DOT=use_dot,
-        num_warps=4,
+        num_warps=8 if block_h * block_d > WIDE_TILE else 4,
         num_stages=stages,
     )
 
