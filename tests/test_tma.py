@@ -101,7 +101,8 @@ def test_partials_match_mirror_planned(device):
     )  # fmt: skip
     max_tokens = c.block_table.shape[1] * 16
     chunks = chunk_plan(
-        lens, 2, num_sms, grid_slots(len(lens), 2, num_sms, ppsm), block_n, num_candidates(max_tokens, block_n), ppsm
+        lens, 2, num_sms, grid_slots(len(lens), 2, num_sms, ppsm), block_n, num_candidates(max_tokens, block_n),
+        saturation=ppsm,
     )
     per_seq = [sum(1 for b, _, _ in chunks if b == s) for s in range(len(lens))]
     assert per_seq[1] > 1 and per_seq[0] == 1 and per_seq[3] == 0

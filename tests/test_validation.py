@@ -30,7 +30,7 @@ def _call(c, **over):
 
 CASES = [
     ("q rank", lambda c: dict(q=c.q[0]), ValueError, r"q must be \[B, Hq, D\] or \[B, 1, Hq, D\], got 2 dims"),
-    ("q_len", lambda c: dict(q=c.q[:, None].expand(2, 3, 8, 64)), ValueError, "must have q_len 1, got q_len 3"),
+    ("q_len", lambda c: dict(q=c.q[:, None].expand(2, 9, 8, 64)), ValueError, "must have q_len 1..8, got q_len 9"),
     ("k rank", lambda c: dict(k_cache=c.k_cache[0]), ValueError, r"k_cache must be \[num_pages, page_size, Hkv, D\] \(kv_layout 'NHD'\), got 3 dims"),
     ("seqlens rank", lambda c: dict(cache_seqlens=c.cache_seqlens[:, None]), ValueError, r"cache_seqlens must be \[B\], got 2 dims"),
     ("table rank", lambda c: dict(block_table=c.block_table[0]), ValueError, r"block_table must be \[B, max_pages\], got 1 dims"),

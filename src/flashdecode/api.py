@@ -26,6 +26,11 @@ BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
 DETERMINISTIC = object()
+_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+# multi-token queries (speculative verification): at most this many new tokens per sequence
+MAX_Q_LEN = 8
+# the backends that implement the model features (softcap, ALiBi, sinks, window, q_len > 1, fp8 KV)
+FEATURE_BACKENDS = ("auto", "reference", "torch_naive", "triton", "triton_splitk")
 
 
 def decode_attention(
@@ -42,18 +47,28 @@ def decode_attention(
     return_lse=False,
     kv_layout="NHD",
     deterministic=False,
+    softcap=None,
+    alibi_slopes=None,
+    sinks=None,
+    window_left=None,
+    k_scale=None,
+    v_scale=None,
 ):
-    """Attention of one new query token per sequence over a paged KV cache.
+    """Attention of one new query token (or q_len of them) per sequence over a paged KV cache.
 
     For each sequence b and query head h: out[b, h] = softmax(q[b, h] · K_bᵀ · scale) · V_b, where K_b, V_b are the
     first cache_seqlens[b] tokens of the sequence; token t lives in page block_table[b, t // page_size] at row
     t % page_size. Query head h reads KV head h // (Hq / Hkv) (MHA, GQA and MQA).
 
     Args:
-        q: [B, Hq, D] or [B, 1, Hq, D], float16, bfloat16 or float32; any strides with a contiguous last dim.
+        q: [B, Hq, D] or [B, q_len, Hq, D] (q_len 1..8), float16, bfloat16 or float32; any strides with a
+            contiguous last dim. With q_len > 1 (speculative verification) the cache already holds the q_len new
+            tokens as its last ones: token i sees cache positions < L - q_len + i + 1 (causal among the new
+            tokens); a token that sees no position (L < q_len) gets out = 0, lse = -inf.
         k_cache, v_cache: [num_pages, page_size, Hkv, D] (kv_layout "NHD") or [num_pages, Hkv, page_size, D]
-            ("HND"), q's dtype; Hq must be a multiple of Hkv. Any strides with a contiguous last dim: k and v may
-            be views of one buffer. With block_table=None, a dense cache [B, max_len, Hkv, D] ("HND":
+            ("HND"), q's dtype, or both float8_e4m3fn / float8_e5m2 with q in fp16 / bf16 (dequantised in the
+            kernel with k_scale, v_scale); Hq must be a multiple of Hkv. Any strides with a contiguous last dim: k
+            and v may be views of one buffer. With block_table=None, a dense cache [B, max_len, Hkv, D] ("HND":
             [B, Hkv, max_len, D]): sequence b's tokens are rows 0 .. cache_seqlens[b] - 1 of k_cache[b].
         cache_seqlens: [B] int32, valid tokens per sequence (0 allowed).
         block_table: [B, max_pages] int32 page ids, or None for a dense cache. Entries at index
@@ -65,15 +80,25 @@ def decode_attention(
         num_splits: None picks automatically; an int >= 1 forces the number of splits per sequence (1 = none).
             Forcing more than 1 needs backend "auto", "triton_splitk" or "triton_tma"; the PyTorch backends ignore it.
         out: optional buffer with q's shape, dtype and device to write into.
-        return_lse: also return the natural-log LSE [B, Hq] float32.
+        return_lse: also return the natural-log LSE, float32 with q's shape without D ([B, Hq] or [B, q_len, Hq]).
         kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
         deterministic: each sequence's output is bit-identical whatever else is in the batch: split boundaries
             fall every ``triton_splitk.DETERMINISTIC_SPLIT_TOKENS`` tokens of the sequence's own length and the
             combine sums in a fixed order (docs/design.md). Not with ``num_splits`` or backend "torch_sdpa".
+        softcap: float > 0, or None / 0 for off: logits (q · k · scale) become softcap · tanh(logits / softcap).
+        alibi_slopes: [Hq] float32: logit += slope_h · (key position - query position), after the softcap.
+        sinks: [Hq] float32 sink logits (natural scale) that join each softmax denominator once (not the
+            numerator); the returned lse includes them, an empty row gives out = 0 and lse = sink_h.
+        window_left: int W >= 0, or None / -1 for off: the query at position p sees positions p - W .. p (W + 1
+            tokens, FlashAttention's / FlashInfer's window_left); pages wholly before the window are not read.
+        k_scale, v_scale: per-tensor dequantisation scales of an fp8 cache (k = k_scale · k_fp8): Python floats
+            or 0-d / 1-element float32 tensors on q's device (so a CUDA graph replays with new values); default 1.
+        The features need backend "auto", "reference", "torch_naive", "triton" or "triton_splitk"
+        (docs/features.md).
 
     Returns:
         out with q's shape and dtype, or (out, lse) when return_lse. A sequence with 0 tokens gives out = 0 and
-        lse = -inf, never NaN.
+        lse = -inf (sink_h with sinks), never NaN.
 
     Raises:
         TypeError / ValueError naming the argument, the expected and the actual value, before any launch.
@@ -92,21 +117,25 @@ def decode_attention(
     dense = block_table is None
     k_cache, v_cache, block_table = _as_paged(q, k_cache, v_cache, block_table, kv_layout)
     _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense)
-    batch, num_q_heads, head_dim = q.shape[0], q.shape[-2], q.shape[-1]
+    features = _validate_features(
+        q, k_cache, backend, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale
+    )  # fmt: skip
+    batch, head_dim = q.shape[0], q.shape[-1]
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, num_q_heads, dtype=torch.float32, device=q.device) if return_lse else None
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
     if batch > 0:
         # [B, 1, Hq, D] -> [B, Hq, D] views: no copy, strides kept
-        q3 = q[:, 0] if q.dim() == 4 else q
-        out3 = out[:, 0] if out.dim() == 4 else out
+        one = q.dim() == 4 and q.shape[1] == 1
+        q_in, out_in = (q[:, 0], out[:, 0]) if one else (q, out)
+        lse_in = lse[:, 0] if one and lse is not None else lse
         scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-        name, splits = _choose_backend(backend, num_splits, q3, k_cache, block_table, deterministic)
+        name, splits = _choose_backend(backend, num_splits, q_in, k_cache, block_table, features, deterministic)
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
             )
-        _BACKEND_FNS[name](q3, k_cache, v_cache, cache_seqlens, block_table, scale, out3, lse, splits)
+        _BACKEND_FNS[name](q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits)
     return (out, lse) if return_lse else out
 
 
@@ -118,9 +147,10 @@ def _kernels():
     return triton_common, triton_single, triton_splitk
 
 
-def _choose_backend(backend, num_splits, q, k_cache, block_table, deterministic=False):
-    """(backend name, num_splits) for this call; "auto" resolved as the module docstring says. num_splits
-    DETERMINISTIC asks triton_splitk for splits of a fixed number of tokens."""
+def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None, deterministic=False):
+    """(backend name, num_splits) for this call; "auto" resolved as the module docstring says (on CPU, a call with
+    model features goes to torch_naive, which implements them). num_splits DETERMINISTIC asks triton_splitk for
+    splits of a fixed number of tokens."""
     if deterministic and backend in ("auto", "triton_splitk"):
         if backend == "auto" and not (q.is_cuda or _kernels()[0].interpreting()):
             # loops over sequences, the same ops for each whatever the batch
@@ -130,7 +160,7 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, deterministic=
         return backend, num_splits
     common, single, splitk = _kernels()
     if not (q.is_cuda or common.interpreting()):
-        return "torch_sdpa", None
+        return ("torch_naive" if features is not None and _feature_names(features) else "torch_sdpa"), None
     if num_splits is not None:
         return ("triton" if num_splits == 1 else "triton_splitk"), num_splits
     max_tokens = block_table.shape[1] * k_cache.shape[1]
@@ -154,11 +184,17 @@ def _num_sms(device: torch.device) -> int:
     return _num_sms_cached(device.type, index)
 
 
-def _from_torch(fn):
+def _from_torch(fn, with_features=True):
     """Adapt a function returning (out, lse) to the backend signature that writes into out / lse."""
 
-    def run(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
-        o, l = fn(q, k_cache, v_cache, cache_seqlens, block_table, scale)
+    def run(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
+        kwargs = {}
+        if with_features:
+            kwargs = dict(
+                softcap=features.softcap, alibi_slopes=features.alibi_slopes, sinks=features.sinks,
+                window_left=features.window_left, k_scale=features.k_scale, v_scale=features.v_scale,
+            )  # fmt: skip
+        o, l = fn(q, k_cache, v_cache, cache_seqlens, block_table, scale, **kwargs)
         out.copy_(o)
         if lse is not None:
             lse.copy_(l)
@@ -166,11 +202,11 @@ def _from_torch(fn):
     return run
 
 
-def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
-    _kernels()[1].decode_single(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse)
+def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
+    _kernels()[1].decode_single(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features=features)
 
 
-def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
+def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
     splitk = _kernels()[2]
     split_tokens = None
     if num_splits is DETERMINISTIC:
@@ -179,11 +215,11 @@ def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, o
         num_splits = 1
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
-        num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device),
+        num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
     )  # fmt: skip
 
 
-def _run_triton_tma(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, num_splits):
+def _run_triton_tma(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
     from . import triton_tma
 
     # TMA limits (compute capability, page size, alignment) as ValueErrors before any launch
@@ -199,7 +235,7 @@ def _run_triton_tma(q, k_cache, v_cache, cache_seqlens, block_table, scale, out,
 _BACKEND_FNS = {
     "reference": _from_torch(reference.reference_dense),
     "torch_naive": _from_torch(torch_baselines.torch_naive),
-    "torch_sdpa": _from_torch(torch_baselines.torch_sdpa),
+    "torch_sdpa": _from_torch(torch_baselines.torch_sdpa, with_features=False),
     "triton": _run_triton,
     "triton_splitk": _run_triton_splitk,
     "triton_tma": _run_triton_tma,
@@ -262,8 +298,10 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
     # ranks
     if q.dim() not in (3, 4):
         raise ValueError(f"q must be [B, Hq, D] or [B, 1, Hq, D], got {q.dim()} dims {tuple(q.shape)}")
-    if q.dim() == 4 and q.shape[1] != 1:
-        raise ValueError(f"q as [B, q_len, Hq, D] must have q_len 1, got q_len {q.shape[1]} (shape {tuple(q.shape)})")
+    if q.dim() == 4 and not 1 <= q.shape[1] <= MAX_Q_LEN:
+        raise ValueError(
+            f"q as [B, q_len, Hq, D] must have q_len 1..{MAX_Q_LEN}, got q_len {q.shape[1]} (shape {tuple(q.shape)})"
+        )
     dims = _LAYOUTS[kv_layout][0]
     if dense:
         dims = dims.replace("num_pages", "B").replace("page_size", "max_len")
@@ -278,7 +316,13 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
     # dtypes: metadata is never cast silently
     if q.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"q must be float16, bfloat16 or float32, got {q.dtype}")
-    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)) + ((("out", out),) if out is not None else ()):
+    if k_cache.dtype in _FP8_DTYPES:
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(f"q must be float16 or bfloat16 with an fp8 cache ({k_cache.dtype}), got {q.dtype}")
+        if v_cache.dtype != k_cache.dtype:
+            raise TypeError(f"v_cache must have k_cache's fp8 dtype {k_cache.dtype}, got {v_cache.dtype}")
+    caches = (("k_cache", k_cache), ("v_cache", v_cache)) if k_cache.dtype not in _FP8_DTYPES else ()
+    for name, t in caches + ((("out", out),) if out is not None else ()):
         if t.dtype != q.dtype:
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
     for name, t in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
@@ -319,3 +363,75 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
     for name, t in named.items():
         if t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
+
+
+def _feature_names(f) -> list[str]:
+    """The model features a call uses, by argument name."""
+    names = [n for n in ("softcap", "alibi_slopes", "sinks", "window_left") if getattr(f, n) is not None]
+    return names + (["q_len > 1"] if f.q_len > 1 else []) + (["an fp8 cache"] if f.kv_fp8 else [])
+
+
+def _validate_features(q, k_cache, backend, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale):
+    """Check the model-feature arguments (TypeError / ValueError naming them) and bundle them as
+    ``triton_common.Features`` (imported lazily: it lives with the kernels, whose import reads TRITON_INTERPRET)."""
+    num_q_heads = q.shape[-2]
+    if softcap is not None:
+        if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+            raise TypeError(f"softcap must be None or a float, got {type(softcap).__name__}")
+        if not softcap >= 0 or math.isinf(softcap):
+            raise ValueError(f"softcap must be > 0 (or 0 / None for off), got {softcap}")
+        softcap = float(softcap) if softcap > 0 else None
+    if window_left is not None:
+        if isinstance(window_left, bool) or not isinstance(window_left, int):
+            raise TypeError(f"window_left must be None or an int, got {type(window_left).__name__}")
+        if window_left < -1:
+            raise ValueError(f"window_left must be >= 0 (or -1 / None for off), got {window_left}")
+        window_left = None if window_left == -1 else window_left
+    for name, t in (("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be None or a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {t.dtype}")
+        if tuple(t.shape) != (num_q_heads,) or t.stride(0) != 1:
+            raise ValueError(f"{name} must be contiguous [Hq] = [{num_q_heads}], got shape {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    fp8 = k_cache.dtype in _FP8_DTYPES
+    scales = {}
+    for name, x in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if x is None:
+            continue
+        if not fp8:
+            raise ValueError(
+                f"{name} applies to an fp8 cache (float8_e4m3fn / float8_e5m2), got k_cache {k_cache.dtype}"
+            )
+        if isinstance(x, torch.Tensor):
+            if x.dtype != torch.float32 or x.numel() != 1:
+                raise ValueError(
+                    f"{name} must be a 0-d / 1-element float32 tensor, got {x.dtype} shape {tuple(x.shape)}"
+                )
+            if x.device != q.device:
+                raise ValueError(f"{name} must be on q's device {q.device}, got {x.device}")
+        elif isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise TypeError(f"{name} must be None, a float or a float32 tensor, got {type(x).__name__}")
+        scales[name] = x
+    # the kernels take both scales as floats or both as device tensors: a missing one becomes 1 of the other kind
+    as_tensor = any(isinstance(x, torch.Tensor) for x in scales.values())
+    for name in ("k_scale", "v_scale"):
+        if name not in scales:
+            scales[name] = torch.ones((), dtype=torch.float32, device=q.device) if as_tensor else 1.0
+        elif as_tensor and not isinstance(scales[name], torch.Tensor):
+            scales[name] = torch.full((), float(scales[name]), dtype=torch.float32, device=q.device)
+    q_len = q.shape[1] if q.dim() == 4 else 1
+    group = num_q_heads // k_cache.shape[2]
+    common = _kernels()[0]
+    features = common.Features(
+        softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, window_left=window_left, q_len=q_len,
+        kv_fp8=fp8, k_scale=scales["k_scale"], v_scale=scales["v_scale"],
+    )  # fmt: skip
+    used = _feature_names(features)
+    if used and backend not in FEATURE_BACKENDS:
+        raise ValueError(f"backend {backend!r} does not support {', '.join(used)}; use one of {FEATURE_BACKENDS}")
+    return features

@@ -38,6 +38,14 @@ class Row:
     page_size: int = 16
     dtype: str = "bf16"
     label: str = ""
+    # model features (docs/features.md): an fp8 cache ("e4m3" / "e5m2", q stays in dtype) and a sliding window
+    kv_dtype: str = ""
+    window_left: int | None = None
+
+    def feature_kwargs(self) -> dict:
+        """decode_attention keyword arguments of the row's features (fp8 scales: k 0.05, v 0.3)."""
+        kw = {} if self.window_left is None else {"window_left": self.window_left}
+        return {**kw, **({"k_scale": FP8_K_SCALE, "v_scale": FP8_V_SCALE} if self.kv_dtype else {})}
 
     @property
     def batch(self) -> int:
@@ -51,11 +59,16 @@ class Row:
         extra = "" if (self.head_dim, self.page_size, self.dtype) == (128, 16, "bf16") else (
             f" D{self.head_dim} P{self.page_size} {self.dtype}"
         )
+        extra += (f" kv {self.kv_dtype}" if self.kv_dtype else "") + (
+            f" W{self.window_left}" if self.window_left is not None else ""
+        )
         return f"{self.batch}x{s} {self.num_q_heads}/{self.num_kv_heads}{extra}"
 
     def kv_bytes(self) -> int:
-        itemsize = 4 if self.dtype == "fp32" else 2
-        return 2 * sum(self.seqlens) * self.num_kv_heads * self.head_dim * itemsize
+        """Bytes of the K/V a kernel must read: with a window only the last window_left + 1 tokens."""
+        itemsize = 1 if self.kv_dtype else (4 if self.dtype == "fp32" else 2)
+        tokens = sum(n if self.window_left is None else min(n, self.window_left + 1) for n in self.seqlens)
+        return 2 * tokens * self.num_kv_heads * self.head_dim * itemsize
 
     def io_bytes(self) -> int:
         itemsize = 4 if self.dtype == "fp32" else 2
@@ -64,6 +77,10 @@ class Row:
     def flops(self) -> int:
         # q·k and p·v: 2 multiply-adds per (query head, token, dim) each
         return 4 * sum(self.seqlens) * self.num_q_heads * self.head_dim
+
+
+# the fp8 rows' per-tensor scales (the cache is quantised as k / FP8_K_SCALE)
+FP8_K_SCALE, FP8_V_SCALE = 0.05, 0.3
 
 
 def _uniform(batch, seqlen, hq, hkv, **kw):
@@ -100,6 +117,12 @@ PRESETS = {
         _uniform(64, 3064, 32, 8, label="uniform 64x3064 32/8 (same bytes)"),
     ],
     "dims": lambda: [_uniform(64, 4096, 32, 8, head_dim=d) for d in (64, 128, 256)],
+    # model features: fp8 cache vs bf16 (same shapes), a 4096 window at 32k context vs full attention
+    "fp8": lambda: [
+        _uniform(b, s, hq, hkv, kv_dtype=kv) for b, s, hq, hkv in ((64, 4096, 32, 8), (1, 65536, 12, 2))
+        for kv in ("", "e4m3", "e5m2")
+    ],  # fmt: skip
+    "window": lambda: [_uniform(b, 32768, 32, 8, window_left=w) for b in (1, 16) for w in (None, 4096)],
     "tiny": lambda: [
         Row([40, 100, 7], 8, 2, head_dim=64),
         Row([0, 33, 64, 129], 4, 4, head_dim=64, page_size=12),
@@ -131,10 +154,13 @@ def make_backend(name: str, case, row: Row):
     The callable takes the tensors it reads from ``case`` at call time, so the harness can swap in a copy of the
     cache (L2 rotation) without re-planning.
     """
-    from .api import decode_attention
+    from .api import FEATURE_BACKENDS, decode_attention
 
+    kw = row.feature_kwargs()
+    if kw and name not in FEATURE_BACKENDS:
+        raise Skip(f"{name} has no {', '.join(kw)} here")
     if name in FLASHDECODE_BACKENDS:
-        return lambda c=case: decode_attention(*c.args, backend=name)
+        return lambda c=case: decode_attention(*c.args, backend=name, **kw)
     if name == "torch_compile":
         compiled = _compiled_dense()
         scale = 1.0 / math.sqrt(row.head_dim)
@@ -272,8 +298,12 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, row.page_size, _torch_dtype(row.dtype),
             device, spare_pages=0 if on_gpu else 3, seed=len(results),
         )  # fmt: skip
-        ref_out, _ = reference_dense(*case.args, device=device)
-        tolerance = output_tolerance(case.args, ref_out)
+        if row.kv_dtype:
+            fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[row.kv_dtype]
+            case.k_cache = (case.k_cache.float() / FP8_K_SCALE).to(fp8)
+            case.v_cache = (case.v_cache.float() / FP8_V_SCALE).to(fp8)
+        ref_out, _ = reference_dense(*case.args, device=device, **row.feature_kwargs())
+        tolerance = output_tolerance(case.args, ref_out, **row.feature_kwargs())
         copies = rotation_copies(case, l2) if on_gpu else [case]
         for name in backends:
             bar.set_description(f"{row.name()} {name}")

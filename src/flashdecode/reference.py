@@ -35,37 +35,74 @@ def _to64(*tensors: torch.Tensor, device="cpu") -> list[torch.Tensor]:
     return [t.detach().to(device=device, dtype=torch.float64) for t in tensors]
 
 
-def reference_dense(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None, device="cpu"):
-    """Dense float64 decode attention: gather, softmax, weighted sum.
+def _scale_of(x) -> float:
+    """A per-tensor fp8 scale given as a float or a 0-d / 1-element tensor, as a Python float."""
+    return 1.0 if x is None else float(x.reshape(()) if isinstance(x, torch.Tensor) else x)
+
+
+def reference_dense(
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=None, device="cpu", *,
+    softcap=None, alibi_slopes=None, sinks=None, window_left=None, k_scale=None, v_scale=None,
+):  # fmt: skip
+    """Dense float64 decode attention: gather, dequantise, logits with every feature, masked softmax, weighted sum.
+
+    For query token i of sequence b (position p = L - q_len + i, the new tokens being the last q_len of the
+    cache), head h and cached token j:
+        logit = q · k_j · scale;  softcap: logit = softcap · tanh(logit / softcap);  ALiBi: logit += slope_h (j - p)
+        visible iff j <= p and (window_left is None or j >= p - window_left)
+        lse = log(Σ_visible exp(logit) + exp(sink_h)),  out = Σ_visible exp(logit - lse) v_j
+    (the sink term only with sinks). fp8 caches are dequantised: k = k_scale · k_fp8, v = v_scale · v_fp8.
 
     Args:
-        q: [B, Hq, D] query, any float dtype and device.
-        k_cache, v_cache: [num_pages, page_size, Hkv, D].
+        q: [B, Hq, D] or [B, q_len, Hq, D] query, any float dtype and device.
+        k_cache, v_cache: [num_pages, page_size, Hkv, D] (any float dtype, float8 included).
         cache_seqlens: [B] integer lengths. block_table: [B, max_pages] integer page ids.
         softmax_scale: defaults to 1/sqrt(D).
         device: where the float64 math runs (the benchmark checks multi-GB rows on the GPU, still in float64).
+        softcap: float > 0 or None. alibi_slopes, sinks: [Hq] or None. window_left: int >= 0 or None.
+        k_scale, v_scale: float or 0-d tensor (default 1).
 
     Returns:
-        (out [B, Hq, D] float64, lse [B, Hq] float64) on ``device``. Empty sequences give out = 0, lse = -inf.
+        (out, lse) float64 on ``device``: out with q's shape, lse with q's shape without D. A row that sees no
+        token gives out = 0 and lse = -inf (lse = sink_h with sinks).
     """
     q = _to64(q, device=device)[0]
-    batch, num_q_heads, head_dim = q.shape
+    q4 = q if q.dim() == 4 else q[:, None]
+    batch, q_len, num_q_heads, head_dim = q4.shape
     group = num_q_heads // k_cache.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
+    ks, vs = _scale_of(k_scale), _scale_of(v_scale)
+    slopes = None if alibi_slopes is None else _to64(alibi_slopes, device=device)[0]
+    sink = None if sinks is None else _to64(sinks, device=device)[0]
     seqlens = cache_seqlens.cpu().tolist()
     table = block_table.cpu()
-    out = torch.zeros(batch, num_q_heads, head_dim, dtype=torch.float64, device=device)
-    lse = torch.full((batch, num_q_heads), -math.inf, dtype=torch.float64, device=device)
+    out = torch.zeros(batch, q_len, num_q_heads, head_dim, dtype=torch.float64, device=device)
+    lse = torch.full((batch, q_len, num_q_heads), -math.inf, dtype=torch.float64, device=device)
     for b, seqlen in enumerate(seqlens):
-        if seqlen == 0:
-            continue
         # [L, Hq, D]: query head h reads KV head h // group; only this sequence's pages are upcast
         rows = table[b].to(k_cache.device)
-        k = gather_sequence(k_cache, rows, seqlen).to(device, torch.float64).repeat_interleave(group, dim=1)
-        v = gather_sequence(v_cache, rows, seqlen).to(device, torch.float64).repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,lhd->hl", q[b], k) * scale
-        out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), v)
-        lse[b] = torch.logsumexp(scores, dim=-1)
+        k = gather_sequence(k_cache, rows, seqlen).to(device, torch.float64).repeat_interleave(group, dim=1) * ks
+        v = gather_sequence(v_cache, rows, seqlen).to(device, torch.float64).repeat_interleave(group, dim=1) * vs
+        scores = torch.einsum("qhd,lhd->qhl", q4[b], k) * scale  # [q_len, Hq, L]
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        key_pos = torch.arange(seqlen, device=device, dtype=torch.float64)
+        query_pos = seqlen - q_len + torch.arange(q_len, device=device, dtype=torch.float64)
+        if slopes is not None:
+            scores = scores + slopes[None, :, None] * (key_pos[None, None, :] - query_pos[:, None, None])
+        visible = key_pos[None, :] <= query_pos[:, None]  # [q_len, L]
+        if window_left is not None:
+            visible &= key_pos[None, :] >= query_pos[:, None] - window_left
+        scores = torch.where(visible[:, None, :], scores, -math.inf)
+        denominator = torch.logsumexp(scores, dim=-1) if seqlen > 0 else lse[b]  # [q_len, Hq]
+        if sink is not None:
+            denominator = torch.logaddexp(denominator, sink[None, :].expand(q_len, -1))
+        finite = torch.isfinite(denominator)[..., None]
+        p = torch.where(finite, torch.exp(scores - torch.where(finite, denominator[..., None], 0.0)), 0.0)
+        out[b] = torch.einsum("qhl,lhd->qhd", p, v)
+        lse[b] = denominator
+    if q.dim() == 3:
+        return out[:, 0], lse[:, 0]
     return out, lse
 
 

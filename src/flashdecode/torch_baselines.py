@@ -22,24 +22,67 @@ import torch.nn.functional as F
 __all__ = ["torch_naive", "torch_sdpa", "torch_dense", "dense_gather"]
 
 
-def torch_naive(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale):
-    """Loop-over-sequences paged attention. q [B, Hq, D]; returns (out [B, Hq, D], lse [B, Hq] fp32)."""
-    batch, num_q_heads, head_dim = q.shape
+def torch_naive(
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, *,
+    softcap=None, alibi_slopes=None, sinks=None, window_left=None, k_scale=None, v_scale=None,
+):  # fmt: skip
+    """Loop-over-sequences paged attention in q's dtype. q [B, Hq, D] or [B, q_len, Hq, D]; returns (out with q's
+    shape, lse fp32 with q's shape without D). The model features (see ``reference.reference_dense`` for the math)
+    are what a PyTorch user adds on top: fp8 pages dequantised to q's dtype, logits capped and biased, a causal /
+    window mask, the sink as one more logit column."""
+    q4 = q if q.dim() == 4 else q[:, None]
+    batch, q_len, num_q_heads, head_dim = q4.shape
     page_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_q_heads // num_kv_heads
-    out = torch.zeros_like(q, memory_format=torch.contiguous_format)
-    lse = torch.full((batch, num_q_heads), -math.inf, dtype=torch.float32, device=q.device)
+    plain = all(x is None for x in (softcap, alibi_slopes, sinks, window_left)) and q_len == 1
+    out = torch.zeros_like(q4, memory_format=torch.contiguous_format)
+    lse = torch.full((batch, q_len, num_q_heads), -math.inf, dtype=torch.float32, device=q.device)
     for b, seqlen in enumerate(cache_seqlens.tolist()):
         if seqlen == 0:
+            if sinks is not None:
+                lse[b] = sinks.float()[None, :]
             continue
         pages = block_table[b, : -(-seqlen // page_size)].long()
         # [L, Hkv, D] -> [L, Hq, D]
         k = torch.cat([k_cache[p] for p in pages])[:seqlen].repeat_interleave(group, dim=1)
         v = torch.cat([v_cache[p] for p in pages])[:seqlen].repeat_interleave(group, dim=1)
-        scores = torch.einsum("hd,lhd->hl", q[b], k) * softmax_scale  # [Hq, L]
-        out[b] = torch.einsum("hl,lhd->hd", torch.softmax(scores, dim=-1), v)
+        if k.dtype != q.dtype:
+            # fp8 pages: dequantise in q's dtype
+            k = k.to(q.dtype) * _scale(k_scale)
+            v = v.to(q.dtype) * _scale(v_scale)
+        scores = torch.einsum("qhd,lhd->qhl", q4[b], k) * softmax_scale  # [q_len, Hq, L]
+        if plain:
+            p = torch.softmax(scores, dim=-1)
+        else:
+            scores = _feature_logits(scores, seqlen, softcap, alibi_slopes, sinks, window_left)
+            # rows that see no token (all -inf) give NaN in softmax: they are 0; the sink column is not a value
+            p = torch.softmax(scores, dim=-1)[..., :seqlen].nan_to_num(0.0)
+        out[b] = torch.einsum("qhl,lhd->qhd", p, v)
         lse[b] = torch.logsumexp(scores.float(), dim=-1)
-    return out, lse
+    return (out, lse) if q.dim() == 4 else (out[:, 0], lse[:, 0])
+
+
+def _scale(x):
+    return 1.0 if x is None else float(x.reshape(()) if isinstance(x, torch.Tensor) else x)
+
+
+def _feature_logits(scores, seqlen, softcap, alibi_slopes, sinks, window_left):
+    """[q_len, Hq, L] logits -> with softcap, ALiBi, the causal / window mask, and the sink as column L."""
+    q_len, num_q_heads, _ = scores.shape
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    key_pos = torch.arange(seqlen, device=scores.device)
+    query_pos = seqlen - q_len + torch.arange(q_len, device=scores.device)
+    if alibi_slopes is not None:
+        bias = alibi_slopes[None, :, None] * (key_pos[None, None, :] - query_pos[:, None, None])
+        scores = scores + bias.to(scores.dtype)
+    visible = key_pos[None, :] <= query_pos[:, None]
+    if window_left is not None:
+        visible &= key_pos[None, :] >= query_pos[:, None] - window_left
+    scores = scores.masked_fill(~visible[:, None, :], -math.inf)
+    if sinks is not None:
+        scores = torch.cat([scores, sinks.to(scores.dtype)[None, :, None].expand(q_len, num_q_heads, 1)], dim=-1)
+    return scores
 
 
 def dense_gather(k_cache, v_cache, cache_seqlens, block_table):

@@ -1,25 +1,33 @@
 """Triton helpers shared by the decode kernels, written once.
 
-* ``load_q_group``: the [BLOCK_H, BLOCK_D] tile of query heads that share one KV head (GQA packing), with the
-  padding rows and columns masked to 0 so that ``tl.dot`` can run at its minimum tile height of 16.
+* ``load_q_rows``: the [BLOCK_H, BLOCK_D] tile of query rows that share one KV head (GQA packing; with multi-token
+  queries row r is token r // GROUP, head r % GROUP), padding rows and columns masked to 0 so that ``tl.dot`` can
+  run at its minimum tile height of 16.
 * ``attend_range``: the online-softmax walk over tokens [start, end) of one sequence's paged K/V, in base-2
   (scores are pre-multiplied by scale * log2(e), so exp(x) becomes exp2) with fp32 state.
 * ``softmax_step``: one online-softmax update from a tile of scores (shared by every kernel's walk).
 * ``finalize``: out = acc / l and the natural-log LSE, with 0 / -inf for an empty range, never NaN.
+* ``add_sink``: a per-head sink logit joins a final result's softmax denominator.
+
+Model features (softcap, ALiBi, sinks, sliding window, multi-token queries, fp8 KV) are constexpr switches of these
+helpers, bundled on the host by ``Features``; with every switch off the kernels compile to the plain decode path.
 
 State names follow the papers: ``m_i`` running max (log2 units), ``l_i`` running sum, ``acc`` the unnormalised
-output. See docs/design.md for the derivation.
+output. See docs/design.md for the derivation and docs/features.md for the features.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
 # exp(x) = exp2(x * LOG2E): the scale is folded into one multiply of the scores
 LOG2E = 1.4426950408889634
+# the same, readable inside kernels
+LOG2E_C = tl.constexpr(1.4426950408889634)
 # log(x) = log2(x) * LN2 (a constexpr so kernels can read it)
 LN2 = tl.constexpr(0.6931471805599453)
 
@@ -74,51 +82,131 @@ def let_next_start(USE_PDL: tl.constexpr):
 # below this many query heads per KV head, products run on the CUDA cores instead of tl.dot. Measured on the H200
 # (scripts/sweep.py): tl.dot won even for MHA (group 1 padded to 16 rows), so every group uses it
 DOT_MIN_GROUP = 1
+# query rows per program at most: the q tile and the fp32 accumulator [BLOCK_H, BLOCK_D] live in registers, so
+# BLOCK_H <= 64 and BLOCK_H * BLOCK_D is capped (32 rows at head_dim 256); more rows get more head blocks in the grid
+MAX_TILE_ROWS = 64
+MAX_TILE_ROWS_X_D = 64 * 128
+# [BLOCK_H, BLOCK_D] tiles larger than this get 8 warps: with 4, ptxas spills ~800 bytes per thread at 64 x 128
+# (scripts/ttgir_ops.py-style sm90 compile without a GPU; 8 warps: 24 bytes). Not yet timed: scripts/gpu_feat.sh
+# times both on such rows. Every measured bf16 configuration (BLOCK_H x BLOCK_D <= 32 x 128) keeps 4 warps
+WIDE_TILE = 32 * 128
+# shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
+# may use on H100/H200, leaving room for the compiler's layout-conversion scratch
+SMEM_BUDGET = 160 * 1024
 
 
-def launch_config(head_dim: int, group: int, dtype) -> dict:
-    """Tile sizes, warps and stages for one (head_dim, group, dtype): one small table, no per-call autotuning.
+def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None) -> dict:
+    """Tile sizes, warps and stages for one (head_dim, rows, dtype): one small table, no per-call autotuning.
 
     Measured on the H200 (scripts/sweep.py, docs/design.md). BLOCK_N tokens per tile; K and V tiles of
     [BLOCK_N, BLOCK_D] per pipeline stage in shared memory:
-    * group < 4 (MHA-like): BLOCK_N 128, 2 stages (64 KB a stage): deep tiles, few rows of work per byte;
+    * group < 4 (MHA-like): BLOCK_N 128, 2 stages (64 KB a stage in bf16): deep tiles, few rows of work per byte;
     * group >= 4: BLOCK_N 64, 3 stages (32 KB a stage, 2 programs per SM);
-    * head_dim 256: BLOCK_N halved to keep the same shared memory.
-    BLOCK_H: the group, padded to 16 (the smallest tl.dot height) when products use tl.dot.
-    BLOCK_D: head_dim padded to a power of two (masked).
+    * head_dim 256: BLOCK_N halved to keep the same shared memory;
+    * then BLOCK_N halves while BLOCK_N x BLOCK_D x stages x 2 x itemsize > SMEM_BUDGET (fp32 caches).
+    BLOCK_H: the q_len x group query rows, padded to 16 (the smallest tl.dot height), at most
+    min(MAX_TILE_ROWS, MAX_TILE_ROWS_X_D / BLOCK_D); rows beyond it go to further head blocks (a grid dimension),
+    each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
+    num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
+    kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
     """
+    import torch
+
+    rows = q_len * group
     block_d = max(16, triton.next_power_of_2(head_dim))
     use_dot = group >= DOT_MIN_GROUP
     block_n, stages = (128, 2) if group < 4 else (64, 3)
     if block_d > 128:
         block_n //= 2
+    itemsize = kv_itemsize if kv_itemsize is not None else torch.empty((), dtype=dtype).element_size()
+    while block_n > 16 and block_n * block_d * stages * 2 * itemsize > SMEM_BUDGET:
+        block_n //= 2
+    block_h = max(16, triton.next_power_of_2(rows)) if use_dot else triton.next_power_of_2(rows)
+    block_h = min(block_h, MAX_TILE_ROWS, max(16, MAX_TILE_ROWS_X_D // block_d))
     return dict(
-        BLOCK_H=max(16, triton.next_power_of_2(group)) if use_dot else triton.next_power_of_2(group),
+        BLOCK_H=block_h,
         BLOCK_D=block_d,
         BLOCK_N=block_n,
         USE_DOT=use_dot,
-        num_warps=4,
+        num_warps=8 if block_h * block_d > WIDE_TILE else 4,
         num_stages=stages,
     )
 
 
+@dataclass(frozen=True)
+class Features:
+    """Model features of one call, as the kernels take them (see docs/features.md for the math).
+
+    softcap: float > 0 or None. alibi_slopes, sinks: [Hq] fp32 tensors or None. window_left: int >= 0 or None
+    (key j is visible from query position p iff p - window_left <= j <= p). q_len: query tokens per sequence.
+    kv_fp8: the cache is float8; k_scale, v_scale: Python floats or 0-d / 1-element fp32 device tensors.
+    """
+
+    softcap: float | None = None
+    alibi_slopes: object = None
+    sinks: object = None
+    window_left: int | None = None
+    q_len: int = 1
+    kv_fp8: bool = False
+    k_scale: object = 1.0
+    v_scale: object = 1.0
+
+    def kernel_args(self, dummy) -> dict:
+        """Keyword arguments shared by the single-pass and partial kernels; ``dummy`` fills unused pointers."""
+        scale_ptr = not isinstance(self.k_scale, (int, float))
+        both = scale_ptr == (not isinstance(self.v_scale, (int, float)))
+        assert both, "k_scale and v_scale: both floats or both device tensors"
+        return dict(
+            softcap=float(self.softcap or 0.0),
+            window=int(self.window_left if self.window_left is not None else 0),
+            ALIBI=self.alibi_slopes if self.alibi_slopes is not None else dummy,
+            SINKS=self.sinks if self.sinks is not None else dummy,
+            K_SCALE=self.k_scale if scale_ptr else float(self.k_scale),
+            V_SCALE=self.v_scale if scale_ptr else float(self.v_scale),
+            HAS_SOFTCAP=self.softcap is not None,
+            HAS_ALIBI=self.alibi_slopes is not None,
+            HAS_SINKS=self.sinks is not None,
+            HAS_WINDOW=self.window_left is not None,
+            Q_LEN=self.q_len,
+            KV_FP8=self.kv_fp8,
+            SCALE_PTR=scale_ptr,
+        )
+
+
 @triton.jit
-def load_q_group(Q, stride_qh, head0, offs_h, offs_d, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """Load query heads head0 .. head0 + GROUP - 1 of one sequence as a [BLOCK_H, BLOCK_D] tile (Q at the row)."""
-    mask = (offs_h[:, None] < GROUP) & (offs_d[None, :] < HEAD_DIM)
-    ptrs = Q + (head0 + offs_h[:, None]).to(tl.int64) * stride_qh + offs_d[None, :]
+def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM: tl.constexpr):
+    """Load query rows (token row_tok, head row_head) of one sequence as a [BLOCK_H, BLOCK_D] tile (Q at the
+    sequence)."""
+    mask = mask_h[:, None] & (offs_d[None, :] < HEAD_DIM)
+    ptrs = Q + row_tok[:, None].to(tl.int64) * stride_qt + row_head[:, None].to(tl.int64) * stride_qh + offs_d[None, :]
     return tl.load(ptrs, mask=mask, other=0.0)
 
 
 @triton.jit
-def softmax_step(m_i, l_i, s):
-    """One online-softmax step over a tile of scores s [BLOCK_H, N] (log2 units, -inf for padding tokens, at least
-    one finite per row after the first tile): (m_new, alpha, p, l_new) with alpha = exp2(m_i - m_new) the rescale
-    of the old state and p = exp2(s - m_new) [BLOCK_H, N]. The caller updates acc = acc * alpha + p . V."""
+def softmax_step(m_i, l_i, s, ROWS_MAY_BE_EMPTY: tl.constexpr = False):
+    """One online-softmax step over a tile of scores s [BLOCK_H, N] (log2 units, -inf for masked tokens):
+    (m_new, alpha, p, l_new) with alpha = exp2(m_i - m_new) the rescale of the old state and p = exp2(s - m_new)
+    [BLOCK_H, N]. The caller updates acc = acc * alpha + p . V. Without ROWS_MAY_BE_EMPTY every row has a finite
+    score from the first tile on; with it (causal multi-token rows) a row may still be all -inf, and is measured
+    from 0 so that exp2(-inf - 0) = 0 rather than exp2(-inf + inf) = NaN."""
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    if ROWS_MAY_BE_EMPTY:
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_ref = m_new
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
     return m_new, alpha, p, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
+def softcap_logits(s, softcap):
+    """softcap * tanh(s / softcap) for natural-scale logits s, without overflow for any finite s:
+    tanh(x) = sign(x) (1 - e) / (1 + e) with e = exp(-2|x|) in (0, 1]."""
+    x = s / softcap
+    e = tl.exp2(-2.0 * LOG2E_C * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return softcap * tl.where(x < 0, -t, t)
 
 
 @triton.jit
@@ -139,11 +227,20 @@ def attend_range(
     stride_vp,
     stride_vt,
     offs_d,
+    qpos,
+    slope,
+    softcap,
+    window,
     PAGE_SIZE: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_F32: tl.constexpr,
     USE_DOT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr,
+    KV_FP8: tl.constexpr,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
@@ -151,8 +248,13 @@ def attend_range(
     K, V: cache pointers already offset to this KV head. BLOCK_ROW: this sequence's block-table row, stride_btp apart.
     USE_DOT: products on the tensor cores (tl.dot, BLOCK_H >= 16); otherwise broadcast-multiply and reduce on the
     CUDA cores, which wastes nothing on padding rows when the group is small (MHA: one head per KV head).
-    Every tile holds at least one valid token (start < end), so m_i is finite after the first tile and the
-    rescale factor exp2(m_i - m_new) is never exp2(-inf + inf).
+    qk_scale: scale * log2(e), or the natural scale when HAS_SOFTCAP or HAS_ALIBI (those act on natural logits).
+    qpos: [BLOCK_H] int32 query position of each row (ALiBi, and the causal / window masks when Q_LEN > 1).
+    slope: [BLOCK_H] fp32 ALiBi slope of each row. softcap: float. window: int (window_left).
+    With Q_LEN == 1 every row sees [start, end): the caller starts at the window's first token, so no mask is
+    needed. With Q_LEN > 1 rows differ, a tile may be fully masked for a row, and the running max is measured from 0
+    while it is still -inf (so exp2(-inf - (-inf)) never happens). Otherwise every tile holds a valid token for
+    every row, so m_i is finite after the first tile.
     """
     mask_d = offs_d < HEAD_DIM
     if DOT_F32 and USE_DOT:
@@ -175,10 +277,31 @@ def attend_range(
             v = v.to(tl.float32)
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
+            if KV_FP8:
+                # e4m3 / e5m2 values are exact in bf16 and fp16
+                k = k.to(q.dtype)
+                v = v.to(q.dtype)
             s = tl.dot(q, tl.trans(k))
-        # [BLOCK_H, BLOCK_N] scores in log2 units; padding tokens get -inf so exp2 gives exactly 0
-        s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
-        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s)
+        if HAS_SOFTCAP or HAS_ALIBI:
+            # natural-scale logits: cap, then the ALiBi bias slope * (key - query position) <= 0, then to log2 units
+            s = s * qk_scale
+            if HAS_SOFTCAP:
+                s = softcap_logits(s, softcap)
+            if HAS_ALIBI:
+                s = s + slope[:, None] * (offs_n[None, :] - qpos[:, None]).to(tl.float32)
+            s = s * LOG2E_C
+        else:
+            s = s * qk_scale
+        if Q_LEN > 1:
+            # [BLOCK_H, BLOCK_N]: causal among the new tokens (and the window), per row
+            visible = mask_n[None, :] & (offs_n[None, :] <= qpos[:, None])
+            if HAS_WINDOW:
+                visible = visible & (offs_n[None, :] >= qpos[:, None] - window)
+            s = tl.where(visible, s, float("-inf"))
+        else:
+            # [BLOCK_H, BLOCK_N] scores in log2 units; padding tokens get -inf so exp2 gives exactly 0
+            s = tl.where(mask_n[None, :], s, float("-inf"))
+        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s, Q_LEN > 1)
         if not USE_DOT:
             acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         elif DOT_F32:
@@ -190,18 +313,53 @@ def attend_range(
 
 
 @triton.jit
+def group_rows(head_block, kv_head, GROUP: tl.constexpr, Q_LEN: tl.constexpr, BLOCK_H: tl.constexpr):
+    """The query rows of one program: (token [BLOCK_H], query head [BLOCK_H], row mask [BLOCK_H]). Row r of the
+    KV head's Q_LEN x GROUP rows is token r // GROUP, head kv_head * GROUP + r % GROUP (a token's heads are
+    contiguous in q)."""
+    offs_r = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
+    if Q_LEN == 1:
+        return offs_r * 0, kv_head * GROUP + offs_r, offs_r < GROUP
+    return offs_r // GROUP, kv_head * GROUP + offs_r % GROUP, offs_r < Q_LEN * GROUP
+
+
+@triton.jit
+def window_start(seqlen, window, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr):
+    """First token any query row of a sequence can see: the window of its first new token, or 0."""
+    if HAS_WINDOW:
+        return tl.maximum(seqlen - Q_LEN - window, 0)
+    # a literal: without a window the loop starts at a compile-time 0, as before the features
+    return 0
+
+
+@triton.jit
 def attend_group(
-    Q, K, V, BLOCK_ROW, seq, kv_head, start, end, qk_scale,
-    stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+    Q, K, V, BLOCK_ROW, seq, kv_head, head_block, seqlen, start, end, qk_scale,
+    stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+    ALIBI, K_SCALE, V_SCALE, softcap, window,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+    KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr,
 ):  # fmt: skip
-    """Attention of the GROUP query heads of KV head ``kv_head`` of sequence ``seq`` (int64) over its tokens
-    [start, end): (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf for an empty range.
-    BLOCK_ROW: the sequence's block-table row."""
-    offs_h = tl.arange(0, BLOCK_H)
+    """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
+    over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
+    for an empty range. BLOCK_ROW: the sequence's block-table row. fp8: k_scale joins the score scale, v_scale the
+    output (out = v_scale * acc / l)."""
     offs_d = tl.arange(0, BLOCK_D)
-    q = load_q_group(Q + seq * stride_qb, stride_qh, kv_head * GROUP, offs_h, offs_d, GROUP, HEAD_DIM)
+    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+    q = load_q_rows(Q + seq * stride_qb, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM)
+    if KV_FP8:
+        if SCALE_PTR:
+            qk_scale = qk_scale * tl.load(K_SCALE)
+        else:
+            qk_scale = qk_scale * K_SCALE
+    # [BLOCK_H] query position of each row: the new tokens are the last Q_LEN of the cache
+    qpos = seqlen - Q_LEN + row_tok
+    if HAS_ALIBI:
+        slope = tl.load(ALIBI + row_head, mask=mask_h, other=0.0)
+    else:
+        slope = qk_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
@@ -210,28 +368,36 @@ def attend_group(
         K + kv_head.to(tl.int64) * stride_kh,
         V + kv_head.to(tl.int64) * stride_vh,
         BLOCK_ROW, stride_btp, start, end, qk_scale,
-        stride_kp, stride_kt, stride_vp, stride_vt, offs_d,
-        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT,
+        stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
+        PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
     )  # fmt: skip
-    return finalize(m_i, l_i, acc)
+    out, lse = finalize(m_i, l_i, acc)
+    if KV_FP8:
+        if SCALE_PTR:
+            out = out * tl.load(V_SCALE)
+        else:
+            out = out * V_SCALE
+    return out, lse
 
 
 @triton.jit
 def store_group(
-    OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, num_q_heads,
+    OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    WRITE_LSE: tl.constexpr,
+    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
-    """Write a group's final rows: out [BLOCK_H, BLOCK_D] in OUT's dtype (padding rows and columns masked), and the
-    LSE into the contiguous [B, Hq] fp32 buffer."""
-    offs_h = tl.arange(0, BLOCK_H)
+    """Write a head block's final rows: out [BLOCK_H, BLOCK_D] in OUT's dtype (padding rows and columns masked), and
+    the LSE into the contiguous [B, Q_LEN, Hq] fp32 buffer. A final result is where the sinks join (``add_sink``)."""
     offs_d = tl.arange(0, BLOCK_D)
-    mask_h = offs_h < GROUP
-    heads = (kv_head * GROUP + offs_h).to(tl.int64)
-    out_ptrs = OUT + seq * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+    if HAS_SINKS:
+        out, lse = add_sink(out, lse, tl.load(SINKS + row_head, mask=mask_h, other=0.0))
+    heads = row_head.to(tl.int64)
+    toks = row_tok.to(tl.int64)
+    out_ptrs = OUT + seq * stride_ob + toks[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & (offs_d[None, :] < HEAD_DIM))
     if WRITE_LSE:
-        tl.store(LSE + seq * num_q_heads + heads, lse, mask=mask_h)
+        tl.store(LSE + (seq * Q_LEN + toks) * num_q_heads + heads, lse, mask=mask_h)
 
 
 @triton.jit
@@ -241,3 +407,12 @@ def finalize(m_i, l_i, acc):
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) * LN2)
     return out, lse
+
+
+@triton.jit
+def add_sink(out, lse, sink):
+    """A sink logit joins the softmax denominator once: lse' = log(exp(lse) + exp(sink)), out' = out exp(lse - lse').
+    out: [BLOCK_H, BLOCK_D], lse, sink: [BLOCK_H] natural log; an empty row (lse = -inf) gives 0 and lse' = sink."""
+    m = tl.maximum(lse, sink)
+    lse_new = m + tl.log(tl.exp(lse - m) + tl.exp(sink - m))
+    return out * tl.exp(lse - lse_new)[:, None], lse_new

@@ -1,11 +1,14 @@
-"""Single-pass paged decode attention: one Triton program per (sequence, KV head).
+"""Single-pass paged decode attention: one Triton program per (sequence, KV head, head block).
 
-Each program loads the GROUP = Hq / Hkv query heads that share its KV head as one [BLOCK_H, BLOCK_D] tile,
-walks the sequence's pages BLOCK_N tokens at a time with the online softmax, and writes the normalised output
-(and the LSE). Every valid K/V byte is read exactly once: bytes = 2 * sum(seqlens) * Hkv * D * itemsize
-+ q + out. Grid: (Hkv, B). With few sequences and heads the grid cannot fill the GPU; that is what
-``triton_splitk`` is for. Its PyTorch mirror is ``triton_splitk.splitk_partials_mirror`` with one chunk per
-sequence (the same online softmax over the whole sequence).
+Each program loads the query rows that share its KV head (the GROUP = Hq / Hkv heads, times q_len tokens for
+multi-token queries) as one [BLOCK_H, BLOCK_D] tile, walks the sequence's visible pages BLOCK_N tokens at a time with
+the online softmax, and writes the normalised output (and the LSE). With a sliding window the walk starts at the
+window's first token: earlier pages are never read. When the rows exceed BLOCK_H (``launch_config``), the KV head's
+rows are cut into ``ceil(rows / BLOCK_H)`` head blocks, each reading the tokens once: bytes =
+2 * head_blocks * sum(visible tokens) * Hkv * D * itemsize + q + out. Grid: (Hkv * head_blocks, B). With few
+sequences and heads the grid cannot fill the GPU; that is what ``triton_splitk`` is for. Its PyTorch mirror is
+``triton_splitk.splitk_partials_mirror`` with one chunk per sequence (the same online softmax over the whole
+sequence).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, attend_group, dot_in_fp32, launch_config, store_group
+from .triton_common import LOG2E, Features, attend_group, dot_in_fp32, launch_config, store_group, window_start
 
 __all__ = ["decode_single"]
 
@@ -28,8 +31,16 @@ def _decode_single_kernel(
     BLOCK_TABLE,
     OUT,
     LSE,
+    ALIBI,
+    SINKS,
+    K_SCALE,
+    V_SCALE,
     qk_scale,
+    softcap,
+    window,
+    num_q_heads,
     stride_qb,
+    stride_qt,
     stride_qh,
     stride_kp,
     stride_kt,
@@ -41,6 +52,7 @@ def _decode_single_kernel(
     stride_btb,
     stride_btp,
     stride_ob,
+    stride_ot,
     stride_oh,
     GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -51,46 +63,72 @@ def _decode_single_kernel(
     DOT_F32: tl.constexpr,
     USE_DOT: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    HEAD_BLOCKS: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    SCALE_PTR: tl.constexpr,
 ):
-    kv_head = tl.program_id(0)
+    # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
+    kv_head = tl.program_id(0) // HEAD_BLOCKS
+    head_block = tl.program_id(0) % HEAD_BLOCKS
     seq = tl.program_id(1).to(tl.int64)
     seqlen = tl.load(SEQLENS + seq * stride_sl)
     out, lse = attend_group(
-        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, 0, seqlen, qk_scale,
-        stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
+        window_start(seqlen, window, HAS_WINDOW, Q_LEN), seqlen, qk_scale,
+        stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+        ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR,
     )  # fmt: skip
     store_group(
-        OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, GROUP * tl.num_programs(0),
-        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+        OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
+        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
 
 
-def decode_single(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None):
+def as_rows(t):
+    """[B, Hq, D] -> [B, 1, Hq, D] view (no copy); [B, q_len, Hq, D] unchanged."""
+    return t if t.dim() == 4 else t.unsqueeze(1)
+
+
+def decode_single(
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None
+):  # fmt: skip
     """Launch the single-pass kernel.
 
     Args:
-        q: [B, Hq, D] (last dim contiguous). k_cache, v_cache: [num_pages, page_size, Hkv, D].
+        q: [B, Hq, D] or [B, q_len, Hq, D] (last dim contiguous). k_cache, v_cache: [num_pages, page_size, Hkv, D].
         cache_seqlens: [B] int32. block_table: [B, max_pages] int32.
-        softmax_scale: float. out: [B, Hq, D] written in place. lse: None or contiguous [B, Hq] fp32.
+        softmax_scale: float. out: q's shape, written in place. lse: None or contiguous fp32 of q's shape without D.
         config: overrides of ``launch_config`` entries (tests force small tiles, sweeps try others).
+        features: ``triton_common.Features`` (softcap, ALiBi, sinks, window, q_len, fp8 scales); None = none.
     """
-    batch, num_q_heads, head_dim = q.shape
+    q4, out4 = as_rows(q), as_rows(out)
+    batch, q_len, num_q_heads, head_dim = q4.shape
     num_pages, page_size, num_kv_heads, _ = k_cache.shape
     group = num_q_heads // num_kv_heads
-    assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = {**launch_config(head_dim, group, q.dtype), **(config or {})}
-    _decode_single_kernel[(num_kv_heads, batch)](
-        q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
-        softmax_scale * LOG2E,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        cache_seqlens.stride(0),
-        block_table.stride(0), block_table.stride(1),
-        out.stride(0), out.stride(1),
+    features = features or Features()
+    assert features.q_len == q_len, f"features.q_len {features.q_len} != q's q_len {q_len}"
+    assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
+    cfg = {**launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size()), **(config or {})}
+    head_blocks = triton.cdiv(q_len * group, cfg["BLOCK_H"])
+    # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
+    natural = features.softcap is not None or features.alibi_slopes is not None
+    _decode_single_kernel[(num_kv_heads * head_blocks, batch)](
+        q4, k_cache, v_cache, cache_seqlens, block_table, out4, lse if lse is not None else out,
+        qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads,
+        stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
+        stride_kp=k_cache.stride(0), stride_kt=k_cache.stride(1), stride_kh=k_cache.stride(2),
+        stride_vp=v_cache.stride(0), stride_vt=v_cache.stride(1), stride_vh=v_cache.stride(2),
+        stride_sl=cache_seqlens.stride(0), stride_btb=block_table.stride(0), stride_btp=block_table.stride(1),
+        stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
-        **cfg,
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
+        **features.kernel_args(cache_seqlens), **cfg,
     )  # fmt: skip
     return out, lse

@@ -22,13 +22,15 @@ Two ways to cut, one kernel:
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
-  [s * T, (s + 1) * T): boundaries depend on the sequence's own length only, and S = ceil(table capacity / T)
-  slots per sequence (the empty ones add exact zeros in the combine, whose blocks and order never change), so a
-  sequence's output is bit-identical whatever else is in the batch. The grid is sized from the table's capacity:
-  the price of the guarantee (docs/design.md).
+  [s * T, (s + 1) * T) of its visible range: boundaries depend on the sequence's own length only, and
+  S = ceil(table capacity / T) slots per sequence (the empty ones add exact zeros in the combine, whose blocks and
+  order never change), so a sequence's output is bit-identical whatever else is in the batch. The grid is sized
+  from the table's capacity: the price of the guarantee (docs/design.md).
 
-Bytes: the valid K/V once, plus 2 * chunks * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences.
-Grids: planner (slots / 64); partial (slots, Hkv); combine (Hq, B).
+Bytes: the visible K/V once per head block (one block unless q_len x group exceeds BLOCK_H), plus
+2 * chunks * q_len * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences. With a sliding window both
+modes cut only the visible tokens [window start, L), so pages before the window are never read.
+Grids: planner (slots / 64); partial (slots, Hkv * head blocks); combine (q_len * Hq, B).
 """
 
 from __future__ import annotations
@@ -41,14 +43,18 @@ import triton.language as tl
 
 from .triton_common import (
     LOG2E,
+    Features,
     attend_group,
     dot_in_fp32,
+    group_rows,
     launch_config,
     let_next_start,
     store_group,
     use_pdl,
     wait_for_previous,
+    window_start,
 )
+from .triton_single import as_rows
 
 __all__ = ["decode_splitk", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
 
@@ -62,7 +68,7 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
-# the combine splits the head dim over this many programs (more programs for few (sequence, head) pairs)
+# the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
 # when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
 # COMBINE_WIDE = (chunks per block, head-dim blocks): one wide load instead of a chain of four dependent ones.
@@ -72,18 +78,20 @@ COMBINE_WIDE = (256, 4)
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement)
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
-
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
 
 @triton.jit
 def _chunk_layout(
-    SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
+    SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks, window,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
+
+    L_b is the visible length: with a sliding window, the tokens from the window's first one (``window_start``) to
+    the end, so a 32k sequence with a 4k window is cut like a 4k one and the pages before the window are never read.
 
     Candidate chunk sizes C_k = BLOCK_N * 2^k. With P_k = Hkv * sum_b ceil(L_b / C_k) programs on S SMs, an SM runs
     ceil(P_k / S) of them one after another and needs SATURATION resident ones to reach its share of the bandwidth,
@@ -93,6 +101,7 @@ def _chunk_layout(
     """
     offs_b = tl.arange(0, BLOCK_B)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    lens = lens - window_start(lens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
     cand = BLOCK_N << offs_k
@@ -111,16 +120,18 @@ def _chunk_layout(
 
 @triton.jit
 def _plan_kernel(
-    SEQLENS, PLAN, batch, num_kv_heads, num_sms, max_chunks, stride_sl,
+    SEQLENS, PLAN, batch, num_kv_heads, num_sms, max_chunks, stride_sl, window,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, USE_PDL: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
     sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Grid: chunk slots / BLOCK_I."""
+    let_next_start(USE_PDL)
     chunk, n, incl, offs_b = _chunk_layout(
-        SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD,
+        SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks, window,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -130,7 +141,7 @@ def _plan_kernel(
     first = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
     seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
-    start = (offs_i - first) * chunk
+    start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (offs_i - first) * chunk
     mask_i = offs_i < max_chunks
     tl.store(PLAN + offs_i, tl.minimum(seq, batch), mask=mask_i)
     tl.store(PLAN + stride + offs_i, start, mask=mask_i)
@@ -143,20 +154,22 @@ def _plan_kernel(
 
 @triton.jit
 def fixed_chunk(
-    SEQLENS, stride_sl, chunk_id, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr = 0
-):
-    """Fixed mode: (seq, start, end) of chunk chunk_id = split s of sequence b, boundaries on BLOCK_N-tile edges
-    from the sequence's own length (the rule of ``split_bounds``); SPLIT_TOKENS > 0 (deterministic mode): splits
-    of that many tokens."""
+    SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT_TOKENS: tl.constexpr = 0, HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
+):  # fmt: skip
+    """Fixed mode: (seq, seqlen, start, end) of chunk chunk_id = split s of sequence b, boundaries on BLOCK_N-tile
+    edges of the sequence's own visible range (the rule of ``split_bounds``); SPLIT_TOKENS > 0 (deterministic
+    mode): splits of that many tokens."""
     seq = chunk_id // NUM_SPLITS
     seqlen = tl.load(SEQLENS + seq * stride_sl)
+    first = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
     if SPLIT_TOKENS > 0:
         tiles_per_split = SPLIT_TOKENS // BLOCK_N
     else:
-        tiles_per_split = tl.cdiv(tl.cdiv(seqlen, BLOCK_N), NUM_SPLITS)
-    start = (chunk_id % NUM_SPLITS) * tiles_per_split * BLOCK_N
+        tiles_per_split = tl.cdiv(tl.cdiv(seqlen - first, BLOCK_N), NUM_SPLITS)
+    start = first + (chunk_id % NUM_SPLITS) * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
-    return seq, start, end
+    return seq, seqlen, start, end
 
 
 @triton.jit
@@ -172,23 +185,25 @@ def planned_chunk(PLAN, chunk_id, seq, batch, max_chunks):
 
 @triton.jit
 def store_chunk(
-    O_PART, LSE_PART, OUT, LSE, chunk_id, seq, kv_head, out, lse, single, stride_ob, stride_oh, num_q_heads,
+    O_PART, LSE_PART, OUT, LSE, SINKS, chunk_id, seq, kv_head, head_block, out, lse, single,
+    stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    WRITE_LSE: tl.constexpr,
+    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
-    """A chunk's result for one GQA group (out [BLOCK_H, BLOCK_D] fp32 normalised, lse [BLOCK_H] natural log):
-    straight to OUT / LSE when the chunk is its whole sequence, else to the fp32 partials that _combine_kernel
-    merges (contiguous [chunks, Hq, BLOCK_D] and [chunks, Hq])."""
+    """A chunk's result for one head block (out [BLOCK_H, BLOCK_D] fp32 normalised, lse [BLOCK_H] natural log):
+    straight to OUT / LSE when the chunk is its whole sequence (sinks join there), else to the fp32 partials that
+    _combine_kernel merges: contiguous [chunks, Q_LEN * Hq, BLOCK_D] and [chunks, Q_LEN * Hq], row = token * Hq +
+    head, with no sink (it joins once, in the combine)."""
     if single:
-        # the whole sequence in one chunk: this is the answer, no combine needed
         store_group(
-            OUT, LSE, seq, kv_head, out, lse, stride_ob, stride_oh, num_q_heads,
-            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+            OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
         )  # fmt: skip
     else:
-        offs_h = tl.arange(0, BLOCK_H)
-        mask_h = offs_h < GROUP
-        rows = chunk_id.to(tl.int64) * num_q_heads + kv_head * GROUP + offs_h
+        row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+        rows = chunk_id.to(tl.int64) * (Q_LEN * num_q_heads) + row_head
+        if Q_LEN > 1:
+            rows += row_tok * num_q_heads
         tl.store(O_PART + rows[:, None] * BLOCK_D + tl.arange(0, BLOCK_D)[None, :], out, mask=mask_h[:, None])
         tl.store(LSE_PART + rows, lse, mask=mask_h)
 
@@ -205,10 +220,18 @@ def _partial_kernel(
     LSE_PART,
     OUT,
     LSE,
+    ALIBI,
+    SINKS,
+    K_SCALE,
+    V_SCALE,
     qk_scale,
+    softcap,
+    window,
+    num_q_heads,
     batch,
     max_chunks,
     stride_qb,
+    stride_qt,
     stride_qh,
     stride_kp,
     stride_kt,
@@ -220,6 +243,7 @@ def _partial_kernel(
     stride_btb,
     stride_btp,
     stride_ob,
+    stride_ot,
     stride_oh,
     NUM_SPLITS: tl.constexpr,
     SPLIT_TOKENS: tl.constexpr,
@@ -232,17 +256,27 @@ def _partial_kernel(
     DOT_F32: tl.constexpr,
     USE_DOT: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    HEAD_BLOCKS: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
+    HAS_ALIBI: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    SCALE_PTR: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
     chunk_id = tl.program_id(0)
-    kv_head = tl.program_id(1)
-    num_q_heads = GROUP * tl.num_programs(1)
+    kv_head = tl.program_id(1) // HEAD_BLOCKS
+    head_block = tl.program_id(1) % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
 
     if NUM_SPLITS > 0:
-        seq, start, end = fixed_chunk(SEQLENS, stride_sl, chunk_id, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS)
+        seq, seqlen, start, end = fixed_chunk(
+            SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
+        )
         single = False
     else:
         # planned: the cut _plan_kernel wrote (sequence B marks an unused slot)
@@ -250,15 +284,19 @@ def _partial_kernel(
         if seq >= batch:
             return
         start, end, single = planned_chunk(PLAN, chunk_id, seq, batch, max_chunks)
+        seqlen = tl.load(SEQLENS + seq * stride_sl)
     seq = seq.to(tl.int64)
     out, lse = attend_group(
-        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, start, end, qk_scale,
-        stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
+        stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
+        ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR,
     )  # fmt: skip
     store_chunk(
-        O_PART, LSE_PART, OUT, LSE, chunk_id, seq, kv_head, out, lse, single, stride_ob, stride_oh, num_q_heads,
-        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+        O_PART, LSE_PART, OUT, LSE, SINKS, chunk_id, seq, kv_head, head_block, out, lse, single,
+        stride_ob, stride_ot, stride_oh, num_q_heads,
+        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
 
 
@@ -269,9 +307,12 @@ def _combine_kernel(
     OUT,
     LSE,
     PLAN,
+    SINKS,
     batch,
     max_chunks,
+    num_q_heads,
     stride_ob,
+    stride_ot,
     stride_oh,
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -279,13 +320,15 @@ def _combine_kernel(
     BLOCK_D: tl.constexpr,
     BLOCK_DC: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    # grid (Hq, B, BLOCK_D / BLOCK_DC): each program merges BLOCK_DC columns of one (query head, sequence)
-    head = tl.program_id(0)
+    # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
+    row = tl.program_id(0)
     seq = tl.program_id(1)
     d0 = tl.program_id(2) * BLOCK_DC
-    num_q_heads = tl.num_programs(0)
+    num_rows = tl.num_programs(0)
+    head = row % num_q_heads
     wait_for_previous(USE_PDL)
     if NUM_SPLITS > 0:
         first = seq * NUM_SPLITS
@@ -303,9 +346,13 @@ def _combine_kernel(
     m_i = tl.max(tl.full([BLOCK_S], float("-inf"), tl.float32), axis=0)
     l_i = tl.sum(tl.zeros([BLOCK_S], tl.float32), axis=0)
     acc = tl.zeros([BLOCK_DC], tl.float32)
+    if HAS_SINKS:
+        # the sink is one more "chunk" of mass exp(sink) and output 0, counted once per row
+        m_i = tl.load(SINKS + head)
+        l_i = l_i + 1.0
     for s0 in range(0, count, BLOCK_S):
         mask_s = s0 + offs_s < count
-        rows = (first + s0 + offs_s).to(tl.int64) * num_q_heads + head
+        rows = (first + s0 + offs_s).to(tl.int64) * num_rows + row
         # [BLOCK_S]; empty chunks hold -inf
         lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
         m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
@@ -322,11 +369,12 @@ def _combine_kernel(
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)
     seq = seq.to(tl.int64)
-    out_ptrs = OUT + seq * stride_ob + head.to(tl.int64) * stride_oh + offs_d
+    tok = (row // num_q_heads).to(tl.int64)
+    out_ptrs = OUT + seq * stride_ob + tok * stride_ot + head.to(tl.int64) * stride_oh + offs_d
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
     if WRITE_LSE and d0 == 0:
         lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
-        tl.store(LSE + seq * num_q_heads + head, lse)
+        tl.store(LSE + seq * num_rows + row, lse)
 
 
 def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
@@ -342,100 +390,128 @@ def num_candidates(max_tokens: int, block_n: int) -> int:
     return triton.next_power_of_2(k)
 
 
-def split_bounds(seqlen: int, num_splits: int, block_n: int, split_tokens: int = 0) -> list[tuple[int, int]]:
-    """Fixed (and deterministic, split_tokens > 0) mode: [start, end) of each split of one sequence, exactly as
-    the partial kernel computes them."""
-    tiles_per_split = split_tokens // block_n if split_tokens else triton.cdiv(triton.cdiv(seqlen, block_n), num_splits)
+def visible_start(seqlen: int, window_left: int | None, q_len: int = 1) -> int:
+    """First token any query row can see (``triton_common.window_start``): 0 without a window."""
+    return 0 if window_left is None else max(seqlen - q_len - window_left, 0)
+
+
+def split_bounds(
+    seqlen: int, num_splits: int, block_n: int, first: int = 0, split_tokens: int = 0
+) -> list[tuple[int, int]]:
+    """Fixed (and deterministic, split_tokens > 0) mode: [start, end) of each split of one sequence's visible tokens
+    [first, seqlen), exactly as the partial kernel computes them."""
+    if split_tokens:
+        tiles_per_split = split_tokens // block_n
+    else:
+        tiles_per_split = triton.cdiv(triton.cdiv(seqlen - first, block_n), num_splits)
     bounds = []
     for split in range(num_splits):
-        start = split * tiles_per_split * block_n
+        start = first + split * tiles_per_split * block_n
         bounds.append((start, max(start, min(start + tiles_per_split * block_n, seqlen))))
     return bounds
 
 
 def chunk_plan(
-    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None
-) -> list[tuple[int, int, int]]:
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None
+) -> list[tuple[int, int, int]]:  # fmt: skip
     """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
-    (saturation: the planner's programs per SM, SATURATION_PER_SM unless given)."""
+    (over each sequence's visible tokens; saturation: the planner's programs per SM, SATURATION_PER_SM unless
+    given)."""
     saturation = SATURATION_PER_SM if saturation is None else saturation
-    max_len = max(seqlens, default=0)
+    firsts = [visible_start(n, window_left, q_len) for n in seqlens]
+    visible = [n - f for n, f in zip(seqlens, firsts)]
+    max_len = max(visible, default=0)
     best = None
     for k in range(num_cand):
         cand = block_n << k
-        count = sum(triton.cdiv(n, cand) for n in seqlens)
+        count = sum(triton.cdiv(n, cand) for n in visible)
         per_sm = triton.cdiv(count * num_kv_heads, num_sms)
         cost = max(per_sm, saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
     chunk = best[1]
-    return [(b, s, min(s + chunk, n)) for b, n in enumerate(seqlens) for s in range(0, n, chunk)]
+    return [(b, s, min(s + chunk, n)) for b, (n, f) in enumerate(zip(seqlens, firsts)) for s in range(f, n, chunk)]
 
 
-def launch_plan(cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False):
+def launch_plan(
+    cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None
+):
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
-    block_n * 2^k tokens (k < num_cand) for at most max_chunks chunk slots, saturation programs per SM wanted."""
+    block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
+    saturation programs per SM wanted. pdl: let the next kernel launch while this one runs."""
     batch = cache_seqlens.shape[0]
+    features = features or Features()
     plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
     block_i = 64
     _plan_kernel[(triton.cdiv(max_chunks, block_i),)](
         cache_seqlens, plan, batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
+        int(features.window_left if features.window_left is not None else 0),
         BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
-        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i, USE_PDL=pdl,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
+        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl,
     )  # fmt: skip
     return plan
 
 
 def launch_combine(
-    o_part, lse_part, out, lse, plan, max_chunks, num_splits, deterministic=False, pdl=False, num_sms=None
-):
-    """Run _combine_kernel over the partials o_part [chunks, Hq, BLOCK_D] and lse_part [chunks, Hq] (fp32) into
-    out [B, Hq, D] and lse (None or contiguous [B, Hq] fp32). num_splits: 0 for the planned mode (plan from
-    ``launch_plan``, max_chunks slots), S for fixed splits. deterministic: blocks of COMBINE_BLOCK_S chunks always,
-    so the summation tree does not depend on S. pdl: launched with programmatic dependent launch. num_sms: lets
-    a call with few (sequence, head) pairs use the COMBINE_WIDE blocks."""
-    batch, num_q_heads, head_dim = out.shape
+    o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
+    num_sms=None,
+):  # fmt: skip
+    """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
+    (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
+    planned mode (plan from ``launch_plan``, max_chunks slots), S for fixed splits. sinks: [Hq] fp32 or None.
+    deterministic: blocks of COMBINE_BLOCK_S chunks always, so the summation tree does not depend on S. pdl:
+    launched with programmatic dependent launch. num_sms: lets a call with few (sequence, row) pairs use the
+    COMBINE_WIDE blocks."""
+    out4 = out[:, None] if out.dim() == 3 else out
+    batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
     block_s, d_blocks = COMBINE_BLOCK_S, COMBINE_D_BLOCKS
-    if COMBINE_WIDE and not deterministic and num_sms is not None and batch * num_q_heads < num_sms:
+    if COMBINE_WIDE and not deterministic and num_sms is not None and batch * q_len * num_q_heads < num_sms:
         block_s, d_blocks = COMBINE_WIDE
     if block_d % (16 * d_blocks):
         d_blocks = 1
-    _combine_kernel[(num_q_heads, batch, d_blocks)](
-        o_part, lse_part, out, lse if lse is not None else lse_part, plan, batch, max_chunks,
-        out.stride(0), out.stride(1),
+    _combine_kernel[(q_len * num_q_heads, batch, d_blocks)](
+        o_part, lse_part, out4, lse if lse is not None else lse_part, plan, sinks if sinks is not None else lse_part,
+        batch, max_chunks, num_q_heads, out4.stride(0), out4.stride(1), out4.stride(2),
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(block_s, triton.next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
-        BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, USE_PDL=pdl,
-        **({"launch_pdl": True} if pdl else {}),
+        BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
+        USE_PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
-    config=None, return_partials=False, split_tokens=None,
+    config=None, return_partials=False, features=None, split_tokens=None,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
-    Args: as ``triton_single.decode_single`` (config overrides ``launch_config``), plus
+    Args: as ``triton_single.decode_single`` (config overrides ``launch_config``; features as there), plus
         num_splits: None for the planned mode, or S >= 1 for S splits per sequence (fixed mode).
         num_sms: SMs to plan for (planned mode); defaults to the device's.
         split_tokens: deterministic mode: splits of this many tokens (a multiple of BLOCK_N); num_splits must be None.
-        return_partials: also return the fp32 partial outputs [chunks, Hq, BLOCK_D] and LSEs [chunks, Hq]
-            (tests; in the planned mode, single-chunk sequences go straight to ``out`` and leave their rows unset).
+        return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
+            [chunks, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
+            straight to ``out`` and leave their rows unset). Partials hold no sink (it joins in the combine).
     """
-    batch, num_q_heads, head_dim = q.shape
+    q4, out4 = as_rows(q), as_rows(out)
+    batch, q_len, num_q_heads, head_dim = q4.shape
     num_kv_heads, page_size = k_cache.shape[2], k_cache.shape[1]
     group = num_q_heads // num_kv_heads
+    features = features or Features()
+    assert features.q_len == q_len, f"features.q_len {features.q_len} != q's q_len {q_len}"
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
-    assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
-    cfg = launch_config(head_dim, group, q.dtype)
-    row_bytes = num_kv_heads * head_dim * q.element_size()
-    if SMALL_GROUP_SPLIT_TILE and group < 4 and cfg["BLOCK_D"] <= 128 and row_bytes & (row_bytes - 1) == 0:
+    assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
+    cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size())
+    row_bytes = num_kv_heads * head_dim * k_cache.element_size()
+    small_group = q_len * group < 4 and cfg["BLOCK_D"] <= 128 and row_bytes & (row_bytes - 1) == 0
+    if SMALL_GROUP_SPLIT_TILE and small_group:
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     cfg.update(config or {})
+    head_blocks = triton.cdiv(q_len * group, cfg["BLOCK_H"])
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     max_tokens = block_table.shape[1] * page_size
@@ -447,32 +523,36 @@ def decode_splitk(
     else:
         chunks, fixed = batch * num_splits, num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
-    o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
+    o_part = torch.empty(chunks, q_len * num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(chunks, q_len * num_q_heads, dtype=torch.float32, device=q.device)
     lse_arg = lse if lse is not None else lse_part
+    fargs = features.kernel_args(cache_seqlens)
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
     pdl = use_pdl(q.device)
     if fixed:
         plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     else:
         plan = launch_plan(
-            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl
+            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl, features
         )
-    _partial_kernel[(chunks, num_kv_heads)](
-        q, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out, lse_arg,
-        softmax_scale * LOG2E, batch, chunks,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
-        out.stride(0), out.stride(1),
+    # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
+    natural = features.softcap is not None or features.alibi_slopes is not None
+    _partial_kernel[(chunks, num_kv_heads * head_blocks)](
+        q4, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out4, lse_arg,
+        qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch, max_chunks=chunks,
+        stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
+        stride_kp=k_cache.stride(0), stride_kt=k_cache.stride(1), stride_kh=k_cache.stride(2),
+        stride_vp=v_cache.stride(0), stride_vt=v_cache.stride(1), stride_vh=v_cache.stride(2),
+        stride_sl=cache_seqlens.stride(0), stride_btb=block_table.stride(0), stride_btp=block_table.stride(1),
+        stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, USE_PDL=pdl,
-        **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
+        **fargs, **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
     )  # fmt: skip
     launch_combine(
-        o_part, lse_part, out, lse, plan, chunks, fixed, deterministic=bool(split_tokens), pdl=pdl, num_sms=num_sms
-    )
+        o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
+        pdl=pdl, num_sms=num_sms,
+    )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
     return out, lse

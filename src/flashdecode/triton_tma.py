@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, dot_in_fp32, finalize, interpreting, load_q_group, softmax_step
+from .triton_common import LOG2E, dot_in_fp32, finalize, group_rows, interpreting, load_q_rows, softmax_step
 from .triton_splitk import (
     MAX_PLANNED_BATCH,
     fixed_chunk,
@@ -197,7 +197,7 @@ def _tma_partial_kernel(
     kv_head = tl.program_id(1)
     num_q_heads = GROUP * tl.num_programs(1)
     if NUM_SPLITS > 0:
-        seq, start, end = fixed_chunk(SEQLENS, stride_sl, chunk_id, NUM_SPLITS, BLOCK_N)
+        seq, _, start, end = fixed_chunk(SEQLENS, stride_sl, chunk_id, 0, NUM_SPLITS, BLOCK_N)
         single = False
     else:
         # planned: the cut _plan_kernel wrote (sequence B marks an unused slot)
@@ -208,10 +208,10 @@ def _tma_partial_kernel(
     seq = seq.to(tl.int64)
     block_row = BLOCK_TABLE + seq * stride_btb
 
-    offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, BLOCK_D)
     # [BLOCK_H, BLOCK_D]: the GROUP query heads of this KV head, padding rows 0
-    q = load_q_group(Q + seq * stride_qb, stride_qh, kv_head * GROUP, offs_h, offs_d, GROUP, HEAD_DIM)
+    row_tok, row_head, mask_h = group_rows(0, kv_head, GROUP, 1, BLOCK_H)
+    q = load_q_rows(Q + seq * stride_qb, 0, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM)
     if DOT_F32:
         q = q.to(tl.float32)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -242,9 +242,10 @@ def _tma_partial_kernel(
             PAGES_PER_TILE, PAGE_SIZE, BLOCK_H, BLOCK_D, DOT_F32, True,
         )  # fmt: skip
     out, lse = finalize(m_i, l_i, acc)
+    # no sinks, one query token, one head block: LSE_PART stands in for the unused sink pointer
     store_chunk(
-        O_PART, LSE_PART, OUT, LSE, chunk_id, seq, kv_head, out, lse, single, stride_ob, stride_oh, num_q_heads,
-        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE,
+        O_PART, LSE_PART, OUT, LSE, LSE_PART, chunk_id, seq, kv_head, 0, out, lse, single, stride_ob, 0, stride_oh,
+        num_q_heads, GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, False, 1,
     )  # fmt: skip
 
 

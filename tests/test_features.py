@@ -1,0 +1,114 @@
+"""Model features against the float64 reference: head dims, page sizes, large GQA groups, softcap, ALiBi, sinks.
+
+Every kernel result is compared with ``reference_dense`` (float64, features written out plainly) within 2 x the
+error of ``torch_naive`` doing the same math in the input dtype + 1 ulp (``check.output_tolerance``); LSEs within
+2 x the error of the same math in fp32 + 4 fp32 ulps. Unused pages are NaN, output buffers start as NaN.
+"""
+
+import math
+
+import pytest
+import torch
+from feature_helpers import RUN_IDS, RUNS, check
+from helpers import case, max_err
+
+from flashdecode import decode_attention
+from flashdecode.triton_common import launch_config
+
+# (head_dim, page_size, Hq, Hkv, lengths): every head dim, page sizes 1..528 incl. non-powers of two, groups 1..128
+GEOMETRIES = [
+    pytest.param(64, 1, 4, 4, [0, 1, 9, 37], id="D64-P1-G1"),
+    pytest.param(80, 5, 6, 2, [0, 4, 5, 6, 33], id="D80-P5-G3"),
+    pytest.param(96, 17, 16, 2, [1, 16, 17, 18, 52], id="D96-P17-G8"),
+    pytest.param(128, 16, 12, 1, [0, 15, 16, 40], id="D128-P16-G12"),
+    pytest.param(192, 528, 8, 2, [1, 527, 530], id="D192-P528-G4"),
+    pytest.param(256, 16, 14, 2, [0, 3, 17, 40], id="D256-P16-G7"),
+    pytest.param(64, 16, 128, 1, [0, 33], id="D64-P16-G128"),
+    pytest.param(256, 5, 64, 1, [2, 11], id="D256-P5-G64"),
+]
+
+
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+@pytest.mark.parametrize("d,page,hq,hkv,lens", GEOMETRIES)
+def test_geometry(d, page, hq, hkv, lens, backend, num_splits, device):
+    c = case(lens, hq, hkv, d, page, torch.bfloat16, device, seed=d + page + hq)
+    check(c.args, backend, num_splits)
+
+
+def test_large_groups_use_head_blocks():
+    """128 query heads on one KV head do not fit one tile: the rows are cut into head blocks of <= 64 (32 at
+    head_dim 256) so the q tile and accumulator stay in registers; shared memory stays in its budget."""
+    from flashdecode.triton_common import SMEM_BUDGET
+
+    for d, group, q_len, block_h in ((64, 128, 1, 64), (128, 128, 1, 64), (256, 64, 1, 32), (128, 16, 8, 64)):
+        cfg = launch_config(d, group, torch.bfloat16, q_len)
+        assert cfg["BLOCK_H"] == block_h and math.ceil(q_len * group / block_h) > 1, (d, group, cfg)
+    for d in (64, 128, 256):
+        for group in (1, 4, 128):
+            for dtype in (torch.float32, torch.bfloat16):
+                cfg = launch_config(d, group, dtype)
+                smem = cfg["BLOCK_N"] * cfg["BLOCK_D"] * cfg["num_stages"] * 2 * dtype.itemsize
+                assert smem <= SMEM_BUDGET, (d, group, dtype, cfg)
+    # the default bf16 head_dim-128 configs are today's (no change to the measured path)
+    assert launch_config(128, 1, torch.bfloat16)["BLOCK_N"] == 128 and launch_config(128, 8, torch.bfloat16)["BLOCK_N"] == 64
+
+
+def _heads(hq, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(hq, generator=g), torch.randn(hq, generator=g) * 2
+
+
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+def test_softcap(backend, num_splits, device):
+    c = case([0, 1, 16, 70], 8, 2, 64, 16, torch.bfloat16, device, seed=21)
+    check(c.args, backend, num_splits, softcap=5.0)
+
+
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+def test_softcap_huge_logits_stay_finite(backend, num_splits, device):
+    """Logits of a few hundred (q scaled up) over softcap 2: exp(2 logit / softcap) would overflow fp32; tanh
+    saturates to +-softcap instead, no NaN / inf."""
+    c = case([3, 40], 8, 2, 64, 16, torch.float16, device, seed=22)
+    q = c.q * 300
+    args = (q,) + c.args[1:]
+    out, lse = check(args, backend, num_splits, softcap=2.0)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    # without the cap the same logits overflow nothing either, but the answer differs: the cap is applied
+    plain = decode_attention(*args, backend=backend, num_splits=num_splits)
+    assert max_err(plain, out) > 0.1
+
+
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+def test_alibi(backend, num_splits, device):
+    c = case([0, 1, 16, 70], 8, 2, 64, 16, torch.bfloat16, device, seed=23)
+    slopes, _ = _heads(8, 1)
+    check(c.args, backend, num_splits, alibi_slopes=slopes.to(device))
+
+
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+def test_sinks(backend, num_splits, device):
+    c = case([0, 1, 16, 70], 8, 2, 64, 16, torch.bfloat16, device, seed=24)
+    _, sinks = _heads(8, 2)
+    out, lse = check(c.args, backend, num_splits, sinks=sinks.to(device))
+    # an empty sequence: out = 0 and lse = the sink
+    assert torch.equal(out[0].cpu(), torch.zeros_like(out[0].cpu()))
+    assert torch.allclose(lse[0].cpu(), sinks)
+
+
+def test_sink_counted_once_with_splits(device):
+    """With S splits a sink counted per split would add S exp(sink) to the denominator; counted once, the LSE is
+    exactly logaddexp(lse without sink, sink) and the output is scaled by exp(lse_plain - lse)."""
+    c = case([300, 130], 4, 2, 64, 16, torch.float32, device, seed=25)
+    sinks = torch.full((4,), 3.0, device=device)
+    plain_out, plain_lse = decode_attention(*c.args, backend="triton_splitk", num_splits=8, return_lse=True)
+    out, lse = decode_attention(*c.args, backend="triton_splitk", num_splits=8, return_lse=True, sinks=sinks)
+    expect_lse = torch.logaddexp(plain_lse, sinks[None])
+    assert torch.allclose(lse, expect_lse, atol=1e-5)
+    assert torch.allclose(out, plain_out * torch.exp(plain_lse - expect_lse)[..., None], atol=1e-5)
+
+
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+def test_features_together(backend, num_splits, device):
+    c = case([0, 1, 17, 64, 100], 12, 4, 96, 17, torch.float16, device, seed=26)
+    slopes, sinks = _heads(12, 3)
+    check(c.args, backend, num_splits, softcap=4.0, alibi_slopes=slopes.to(device), sinks=sinks.to(device))
