@@ -102,7 +102,18 @@ def _worker(rank, world, init_file, out_dir, specs, device_type):
 
 def run_world(world, specs, tmp_path, device_type="cpu"):
     """Spawn ``world`` ranks over ``specs``; return each rank's {case id: (out, lse)}."""
-    mp.spawn(_worker, args=(world, str(tmp_path / "rendezvous"), str(tmp_path), specs, device_type), nprocs=world)
+    # a spawned rank imports this module (and triton) before _worker runs: the interpreter switch goes through
+    # the environment it inherits (also on a GPU machine, where these CPU-tensor cases still need it)
+    saved = os.environ.get("TRITON_INTERPRET")
+    if device_type == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        mp.spawn(_worker, args=(world, str(tmp_path / "rendezvous"), str(tmp_path), specs, device_type), nprocs=world)
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
 
 

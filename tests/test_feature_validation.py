@@ -66,9 +66,10 @@ def test_off_values_are_off(good, device):
     assert torch.equal(decode_attention(*good.args, backend="triton", softcap=0.0, window_left=-1), base)
 
 
-def test_auto_on_cpu_with_features_uses_a_backend_that_has_them(good, monkeypatch):
+def test_auto_on_cpu_with_features_uses_a_backend_that_has_them(monkeypatch):
     from flashdecode import triton_common
 
+    good = case([5, 20], 8, 2, 64, 16, torch.bfloat16, "cpu")
     monkeypatch.setattr(triton_common, "interpreting", lambda: False)
     f = api._validate_features(good.q, good.k_cache, "auto", 2.0, None, None, None, None, None)
     assert api._choose_backend("auto", None, good.q, good.k_cache, good.block_table, f)[0] == "torch_naive"

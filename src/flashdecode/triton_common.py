@@ -333,6 +333,17 @@ def window_start(seqlen, window, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr):
 
 
 @triton.jit
+def window_starts(lens, window, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr):
+    """``window_start`` of a block of lengths (the planner's [BLOCK] tiles): one return type, a block, either way
+    (the compiler rejects a block in one branch and a literal in the other)."""
+    first = lens * 0
+    if HAS_WINDOW:
+        # window_start's formula: calling it would compile its literal-0 return too
+        first = tl.maximum(lens - Q_LEN - window, 0)
+    return first
+
+
+@triton.jit
 def attend_group(
     Q, K, V, BLOCK_ROW, seq, kv_head, head_block, seqlen, start, end, qk_scale,
     stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,

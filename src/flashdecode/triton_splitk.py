@@ -53,6 +53,7 @@ from .triton_common import (
     use_pdl,
     wait_for_previous,
     window_start,
+    window_starts,
 )
 from .triton_single import as_rows
 
@@ -101,7 +102,7 @@ def _chunk_layout(
     """
     offs_b = tl.arange(0, BLOCK_B)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
-    lens = lens - window_start(lens, window, HAS_WINDOW, Q_LEN)
+    lens = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
     cand = BLOCK_N << offs_k
@@ -141,7 +142,7 @@ def _plan_kernel(
     first = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
     seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
-    start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (offs_i - first) * chunk
+    start = window_starts(seqlen, window, HAS_WINDOW, Q_LEN) + (offs_i - first) * chunk
     mask_i = offs_i < max_chunks
     tl.store(PLAN + offs_i, tl.minimum(seq, batch), mask=mask_i)
     tl.store(PLAN + stride + offs_i, start, mask=mask_i)
