@@ -6,8 +6,8 @@ generate() (prefill [B x L], decode [B x 1]) and in bf16 the two runs differ onl
 Tokens are compared per sequence up to the first step where generate's top-2 logits are within --near-tie of
 each other (past that, rounding may legitimately pick the other token). The same rule is applied to a control:
 generate() with transformers' eager attention against generate() with SDPA, i.e. another correct attention
-implementation; its violations show how often the rule fails on rounding alone. Decode speed is measured the same way for
-both: wall time of a run generating N tokens minus one generating 1 token (prefill and first token cancel),
+implementation; its violations show how often the rule fails on rounding alone. Decode speed is measured the same
+way for both: wall time of a run generating N tokens minus one generating 1 token (prefill and first token cancel),
 divided into B * (N - 1) tokens. Writes results.json and results.md under --out.
 
 The model has random bf16 weights (normal(0, 0.02), norms 1), created on the meta device and materialised directly
