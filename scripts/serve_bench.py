@@ -190,7 +190,9 @@ def markdown(results, meta):
         "Decode tokens/s = B x (N - 1) / (t(N new tokens) - t(1 new token)). Rule, per sequence: tokens equal to "
         "generate()'s up to that sequence's first step whose top-2 logits in generate() differ by less than the "
         "near-tie threshold (a divergence there or later is rounding). tokens ok = no violation by our loop. The "
-        "control applies the same rule to generate() with eager attention against generate() with SDPA.",
+        "control applies the same rule to generate() with eager attention against generate() with SDPA. The B prompts "
+        "have one length and our loop prefills them in one forward, so every matrix product has generate()'s shape "
+        "and in bf16 only the decode attention differs (docs/serving.md, 'Token check').",
         "",
         "Sequences that break the rule:" if details else "No sequence breaks the rule.",
         *details,
