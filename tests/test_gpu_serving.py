@@ -59,7 +59,11 @@ def test_ops_cuda_graph_replay_with_growing_lengths(backend):
 
 
 def test_decode_step_has_no_host_sync():
-    """Host page bookkeeping, the device step tensors and both ops: nothing waits for the GPU."""
+    """Host page bookkeeping (pages for new tokens, a sequence leaving and one joining), the device step tensors and
+    both ops: nothing waits for the GPU (sync debug mode "error" raises on a synchronising call), and afterwards the
+    device tables are what the host says."""
+    from test_cache import _assert_tables_match_host
+
     cache = PagedKVCache(2, 8, 128, num_pages=64, page_size=16, max_batch=4, max_seq_len=256, dtype=torch.bfloat16)
     for n in (15, 16, 100):
         cache.add_sequence(n)
@@ -80,9 +84,14 @@ def test_decode_step_has_no_host_sync():
     try:
         for _ in range(3):  # crosses a page edge for the row of 16 and allocates
             step()
+        cache.free(0)  # continuous batching: a sequence finishes, another joins with its prompt's pages
+        cache.add_sequence(40)
+        cache.slots(0, 0, 40)
+        step()
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert cache.seqlens.tolist() == [19, 20, 104, 0] and cache.lengths == [19, 20, 104, 0]
+    assert cache.lengths == [41, 21, 105, 0]
+    _assert_tables_match_host(cache)
 
 
 @pytest.mark.parametrize("cuda_graph", [False, True], ids=["eager", "graph"])

@@ -77,6 +77,34 @@ def test_batched_prompts_continuous_batching_equal_generate(arch):
     assert res.decode_tokens == 4 * (new - 1) and res.decode_steps >= 2 * (new - 1)
 
 
+def test_equal_length_prompts_prefill_together(monkeypatch):
+    """Prompts of one length share a prefill forward (chunked by PREFILL_TOKENS: here 2 prompts of 6 per forward),
+    mixed with other lengths: tokens equal generate() per prompt and generate() on the equal-length batch."""
+    import flashdecode.integrations.transformers as integration
+
+    monkeypatch.setattr(integration, "PREFILL_TOKENS", 12)
+    model = tiny_model("llama", seed=3)
+    prompts = prompts_of([6, 6, 9, 6, 6, 6], seed=4)
+    forwards = []
+    model.register_forward_pre_hook(lambda mod, args, kw: forwards.append(kw["input_ids"].shape), with_kwargs=True)
+    res = generate(model, prompts, 10, page_size=4, attention_backend="torch_sdpa", append_backend="torch")
+    prefills = [tuple(shape) for shape in forwards if shape[1] > 1]
+    assert sorted(prefills) == [(1, 6), (1, 9), (2, 6), (2, 6)]
+    assert res.tokens == [hf_greedy(model, p, 10) for p in prompts]
+    ids = torch.tensor([p for p in prompts if len(p) == 6])
+    batched = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10, do_sample=False,
+                             eos_token_id=None, pad_token_id=0)  # fmt: skip
+    assert [t for t, p in zip(res.tokens, prompts) if len(p) == 6] == batched[:, 6:].tolist()
+
+
+def test_one_new_token_with_more_prompts_than_rows():
+    """Sequences that finish at their prefill token free their rows at once, so the queue keeps draining."""
+    model = tiny_model("llama")
+    prompts = prompts_of([3, 3, 3, 5, 3], seed=5)
+    res = generate(model, prompts, 1, max_batch=2, page_size=4, attention_backend="torch_sdpa", append_backend="torch")
+    assert res.tokens == [hf_greedy(model, p, 1) for p in prompts] and res.decode_steps == 0
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs without a GPU; test_gpu_serving covers it")
 def test_triton_kernels_through_interpreter():
     """The Triton append and decode kernels (interpreter on CPU) inside the loop, on a one-layer model."""

@@ -6,9 +6,14 @@ Ownership is split the way a generation loop needs it:
   how many tokens each sequence has (it decides when to prefill, step and stop), so allocating a page never reads
   the GPU;
 * device (int32 tensors that the kernels read): ``block_table`` [max_batch, max_pages_per_seq] and ``seqlens``
-  [max_batch], plus the per-step buffers ``positions`` and ``slot_mapping`` [max_batch]. The host changes them only
-  through small device writes (a fill per new page), never reads them, so nothing on the per-step path waits for
-  the GPU, and the step's device work (``update_step_tensors``) has fixed addresses that a CUDA graph can capture.
+  [max_batch], plus the per-step buffers ``positions`` and ``slot_mapping`` [max_batch]. The host never reads them
+  and changes them only by writes that do not wait for the GPU: ``fill_`` with a Python number (a kernel argument,
+  no copy), and the new pages of a call as one (flat index, page) list copied from *pinned* host memory with
+  ``non_blocking=True`` and scattered into the table. (``table[row, i] = page`` would not do: it copies a pageable
+  CPU scalar and synchronises.) Each upload uses a fresh pinned tensor; PyTorch's caching host allocator records
+  the copy's stream event and does not hand that memory out again before the copy has run, so the host may go on
+  allocating while earlier copies are in flight. The step's device work (``update_step_tensors``) has fixed
+  addresses that a CUDA graph can capture.
 
 A batch *row* is a slot for one sequence. Rows that hold no sequence are inactive: their length is 0, their slot is
 -1 (append_kv skips them) and decode_attention returns 0 for them, so a fixed-size batch serves a varying number of
@@ -131,12 +136,13 @@ class PagedKVCache:
         if not self._free_rows:
             raise CacheFullError(f"all {self.max_batch} batch rows hold sequences; free one before adding another")
         row = self._free_rows[-1]
-        self._reserve(row, num_tokens)
+        self._write_pages(self._reserve(row, num_tokens))
         self._free_rows.pop()
         self._host_active[row] = True
         self.lengths[row] = num_tokens
-        self.seqlens[row] = num_tokens
-        self.active[row] = True
+        # fill_ with a Python number: a kernel argument, no host-to-device copy, no sync
+        self.seqlens[row].fill_(num_tokens)
+        self.active[row].fill_(True)
         return row
 
     def free(self, row: int) -> None:
@@ -147,9 +153,9 @@ class PagedKVCache:
         self.lengths[row] = 0
         self._free_rows.append(row)
         self._host_active[row] = False
-        self.block_table[row] = -1
-        self.seqlens[row] = 0
-        self.active[row] = False
+        self.block_table[row].fill_(-1)
+        self.seqlens[row].fill_(0)
+        self.active[row].fill_(False)
 
     def slots(self, row: int, start: int, end: int) -> torch.Tensor:
         """[end - start] int32 slots of positions [start, end) of ``row`` (already allocated), computed on the
@@ -175,9 +181,11 @@ class PagedKVCache:
                 f"a decode step needs {len(starting)} new pages (rows {starting} start a page), only "
                 f"{len(self._free_pages)} of {self.num_pages} are free; finish or free sequences first"
             )
+        new_pages = []
         for r in rows:
-            self._reserve(r, self.lengths[r] + 1)
+            new_pages += self._reserve(r, self.lengths[r] + 1)
             self.lengths[r] += 1
+        self._write_pages(new_pages)
 
     def update_step_tensors(self) -> torch.Tensor:
         """Device half of a decode step (no host sync, fixed addresses: CUDA-graph capturable).
@@ -195,8 +203,9 @@ class PagedKVCache:
         self.seqlens.add_(self.active.to(torch.int32))
         return self.positions
 
-    def _reserve(self, row: int, num_tokens: int) -> None:
-        """Give row enough pages for num_tokens tokens; all or nothing."""
+    def _reserve(self, row: int, num_tokens: int) -> list[tuple[int, int]]:
+        """Give row enough pages for num_tokens tokens; all or nothing (host only). Returns the new table entries
+        as (flat index into block_table, page) for ``_write_pages``."""
         if num_tokens > self.max_seq_len:
             raise CacheFullError(
                 f"row {row} would hold {num_tokens} tokens, more than max_seq_len {self.max_seq_len} "
@@ -209,11 +218,27 @@ class PagedKVCache:
                 f"row {row} needs {need} more pages for {num_tokens} tokens, only {len(self._free_pages)} of "
                 f"{self.num_pages} are free; finish or free sequences first, or build the cache with more num_pages"
             )
+        entries = []
         for i in range(have, have + need):
             page = self._free_pages.pop()
             self._pages[row].append(page)
-            # a fill kernel on the device, no copy from the host and no sync
-            self.block_table[row, i] = page
+            entries.append((row * self.max_pages_per_seq + i, page))
+        return entries
+
+    def _write_pages(self, entries: list[tuple[int, int]]) -> None:
+        """block_table.flatten()[index] = page for each entry, without waiting for the GPU: one [2, n] int64 tensor
+        (indices, pages) from fresh pinned memory, a non_blocking copy and a scatter on the current stream."""
+        if not entries:
+            return
+        device = self.block_table.device
+        # [2, n]: row 0 flat indices, row 1 page ids
+        upload = torch.tensor(entries, dtype=torch.int64).T.contiguous()
+        if device.type == "cuda":
+            # pageable memory would make the copy synchronous; the caching host allocator keeps this buffer until
+            # the copy has run (it records an event on the stream), so dropping our reference here is safe
+            upload = upload.pin_memory()
+        upload = upload.to(device, non_blocking=True)
+        self.block_table.view(-1).scatter_(0, upload[0], upload[1].to(torch.int32))
 
     def _check_row(self, row: int) -> None:
         if isinstance(row, bool) or not isinstance(row, int) or not 0 <= row < self.max_batch:

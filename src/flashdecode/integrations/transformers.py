@@ -7,13 +7,15 @@ How it plugs in, through transformers' public extension points only (transformer
   ([B, H, S, D]). The name must not contain "flash" (transformers then treats it as a flash-attention kernel),
   start with "paged|" (its own paged implementations) or contain "/" (a hub kernel repository).
 * ``AttentionMaskInterface.register(ATTENTION_NAME, paged_attention_mask)``: the mask under the same name builds
-  nothing. Prefill runs one sequence at a time (causal, no padding), decode masks by the cache's lengths.
+  nothing. Prefill runs prompts of one length together (causal, no padding), decode masks by the cache's lengths.
 * Explicit ``position_ids`` on every forward: the model runs with ``use_cache=False`` (its own cache would be
   filled too), so without them every decode step would be rotated as position 0.
 * Our state reaches the attention layers through the forward's ``**kwargs`` (``flashdecode_step=StepContext``).
 
-The loop (``generate``): each prompt gets a batch row of a ``PagedKVCache`` and is prefilled on its own with the
-model's SDPA attention while its K/V is written into its pages (``append_kv``); decode steps then run the whole batch
+The loop (``generate``): each prompt gets a batch row of a ``PagedKVCache``; the prompts admitted together are
+prefilled in groups of equal length (no padding, so each group is one batched forward with the model's causal SDPA
+attention, the same computation as ``model.generate`` on those prompts) while their K/V is written into their
+pages (``append_kv``); decode steps then run the whole batch
 (fixed size ``max_batch``, inactive rows masked) through ``torch.ops.flashdecode.append_kv`` and
 ``torch.ops.flashdecode.decode_attention``. A sequence that reaches ``max_new_tokens`` (or ``eos_token_id``) frees
 its pages and row at once, and queued prompts join at the next step (continuous batching). On CUDA the decode step
@@ -43,13 +45,16 @@ __all__ = [
 ]  # fmt: skip
 
 ATTENTION_NAME = "fd_paged"
+# most prompt tokens in one prefill forward (bounds its activations; prompts longer than this run alone)
+PREFILL_TOKENS = 16384
 
 
 @dataclass
 class StepContext:
     """What the attention layers need for one forward: the cache, the slots of this forward's tokens and the mode.
 
-    slot_mapping: [N] int32, N = prompt length (prefill) or max_batch (decode; -1 for inactive rows).
+    slot_mapping: [N] int32, N = G x prompt length (prefill of G prompts of one length, row-major) or max_batch
+        (decode; -1 for inactive rows).
     """
 
     cache: PagedKVCache
@@ -85,13 +90,14 @@ def paged_attention_forward(
     cache, layer = step.cache, module.layer_idx
     k_pool, v_pool = cache.k_pools[layer], cache.v_pools[layer]
     if step.prefill:
-        if query.shape[0] != 1:
-            raise ValueError(f"prefill runs one sequence at a time, got batch {query.shape[0]}")
-        # [1, Hkv, L, D] -> [L, Hkv, D]
-        torch.ops.flashdecode.append_kv(
-            key[0].transpose(0, 1), value[0].transpose(0, 1), k_pool, v_pool, step.slot_mapping, step.append_backend
-        )
-        # one unpadded sequence: causal SDPA over the prompt itself, as transformers' own prefill computes it
+        groups, num_kv_heads, length, head_dim = key.shape
+        if step.slot_mapping.numel() != groups * length:
+            raise ValueError(f"prefill of {groups} x {length} tokens got {step.slot_mapping.numel()} slots")
+        # [G, Hkv, L, D] -> [G * L, Hkv, D], row-major like the slots
+        flat = lambda t: t.transpose(1, 2).reshape(groups * length, num_kv_heads, head_dim)  # noqa: E731
+        torch.ops.flashdecode.append_kv(flat(key), flat(value), k_pool, v_pool, step.slot_mapping, step.append_backend)
+        # unpadded prompts of one length: causal SDPA over the prompts themselves, as transformers' own prefill
+        # computes it (its all-ones mask is skipped for is_causal=True)
         return sdpa_attention_forward(module, query, key, value, None, dropout=0.0, scaling=scaling)
     # decode: one token per row; [B, H, 1, D] -> [B, H, D]
     torch.ops.flashdecode.append_kv(
@@ -104,7 +110,7 @@ def paged_attention_forward(
 
 
 def paged_attention_mask(*args, **kwargs):
-    """The mask for ATTENTION_NAME: none (prefill is causal SDPA on one sequence; decode reads cache lengths)."""
+    """The mask for ATTENTION_NAME: none (prefill is causal SDPA on unpadded prompts; decode reads cache lengths)."""
     return None
 
 
@@ -226,7 +232,13 @@ class _Loop:
         while self.queue or self.running:
             t0 = self._now()
             while self.queue and self._fits(self.queue[0]):
-                self._prefill(self.queue.popleft())
+                admitted = []  # (row, prompt index)
+                while self.queue and self._fits(self.queue[0]):
+                    i = self.queue.popleft()
+                    row = self.cache.add_sequence(self.prompts[i].numel())
+                    self.running[row] = i
+                    admitted.append((row, i))
+                self._prefill(admitted)  # sequences done at their first token free their rows: admit again
             self.out.prefill_s += self._now() - t0
             if not self.running:
                 if not self.queue:
@@ -265,23 +277,33 @@ class _Loop:
         promised = sum(self._pages_to_finish(j) - len(self.cache.pages_of(r)) for r, j in self.running.items())
         return self._pages_to_finish(i) <= self.cache.num_free_pages - promised
 
-    def _prefill(self, i):
-        """Prompt i through the model on its own: K/V into its new row's pages, first token from the last logits."""
-        prompt = self.prompts[i].to(self.model.device)
-        length = prompt.numel()
-        row = self.cache.add_sequence(length)
-        step = StepContext(self.cache, self.cache.slots(row, 0, length), prefill=True, **self.backends)
-        logits = self.model(
-            input_ids=prompt[None],
-            position_ids=torch.arange(length, device=self.model.device)[None],
-            use_cache=False,
-            logits_to_keep=1,
-            flashdecode_step=step,
-        ).logits
-        token = logits[0, -1].argmax()
-        self.next_tokens[row] = token
-        self.running[row] = i
-        self._emit(row, i, int(token))
+    def _prefill(self, admitted):
+        """Admitted prompts through the model, one forward per group of equal length (at most PREFILL_TOKENS
+        tokens, in admission order): K/V into their rows' pages, first tokens from the last logits."""
+        groups = collections.defaultdict(list)
+        for row, i in admitted:
+            groups[self.prompts[i].numel()].append((row, i))
+        device = self.model.device
+        for length, members in groups.items():
+            per_forward = max(1, PREFILL_TOKENS // length)
+            for start in range(0, len(members), per_forward):
+                chunk = members[start : start + per_forward]
+                rows = [row for row, _ in chunk]
+                # [G, L] tokens, [G * L] slots row-major
+                ids = torch.stack([self.prompts[i] for _, i in chunk]).to(device)
+                slots = torch.cat([self.cache.slots(row, 0, length) for row in rows])
+                step = StepContext(self.cache, slots, prefill=True, **self.backends)
+                logits = self.model(
+                    input_ids=ids,
+                    position_ids=torch.arange(length, device=device)[None].expand(len(chunk), length),
+                    use_cache=False,
+                    logits_to_keep=1,
+                    flashdecode_step=step,
+                ).logits
+                tokens = logits[:, -1].argmax(-1)  # [G]
+                self.next_tokens.index_copy_(0, torch.tensor(rows, device=device), tokens)
+                for (row, i), token in zip(chunk, tokens.tolist()):
+                    self._emit(row, i, token)
 
     def _emit(self, row, i, token):
         """Record prompt i's next token; a finished sequence frees its row and pages."""
