@@ -34,7 +34,10 @@ MAX_LEN = 300
 
 _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None, suppress_health_check=_SLOW)
-settings.register_profile("fuzz", max_examples=1000, deadline=None, suppress_health_check=_SLOW, print_blob=True)
+settings.register_profile(
+    "fuzz", max_examples=int(os.environ.get("FLASHDECODE_FUZZ_EXAMPLES", "1000")), deadline=None,
+    suppress_health_check=_SLOW, print_blob=True,
+)  # fmt: skip
 settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=_SLOW)
 
 # examples run per test id, summed over xdist workers by tests/conftest.py

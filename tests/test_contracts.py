@@ -326,3 +326,16 @@ def test_validation_is_off_by_default(valid, monkeypatch):
 def test_validate_must_be_a_bool(valid, no_launch):
     with pytest.raises(TypeError, match="validate must be a bool, got str"):
         decode_attention(*valid.args, validate="yes")
+
+
+def test_contract_table_names_real_tests():
+    """Every `file.py::test_name` in docs/contracts.md is a test function of that file."""
+    import pathlib
+    import re
+
+    tests = pathlib.Path(__file__).parent
+    doc = (tests.parent / "docs" / "contracts.md").read_text()
+    named = set(re.findall(r"`(test_\w+\.py)::(test_\w+)", doc))
+    assert len(named) >= 20
+    for filename, name in sorted(named):
+        assert re.search(rf"^def {name}\(", (tests / filename).read_text(), re.M), f"{filename}::{name} not found"
