@@ -33,7 +33,7 @@ TILE_EDGES = (63, 64, 65, 127, 128, 129)
 MAX_LEN = 300
 
 _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
-settings.register_profile("ci", max_examples=5, derandomize=True, deadline=None, suppress_health_check=_SLOW)
+settings.register_profile("ci", max_examples=8, derandomize=True, deadline=None, suppress_health_check=_SLOW)
 settings.register_profile(
     "fuzz", max_examples=int(os.environ.get("FLASHDECODE_FUZZ_EXAMPLES", "1000")), deadline=None,
     suppress_health_check=_SLOW, print_blob=True,
@@ -99,7 +99,7 @@ DIMENSIONS = dict(
 def _lengths(page_size: int):
     """Ragged lengths: edges of the page (0, 1, page - 1, page, page + 1), of the tile, and anything up to MAX_LEN."""
     edges = sorted({n for n in (0, 1, page_size - 1, page_size, page_size + 1, *TILE_EDGES) if 0 <= n <= MAX_LEN})
-    return st.lists(st.sampled_from(edges) | st.integers(0, MAX_LEN), min_size=0, max_size=4)
+    return st.lists(st.sampled_from(edges) | st.integers(0, MAX_LEN), min_size=1, max_size=4)
 
 
 def _consistent(fields: dict) -> dict:
