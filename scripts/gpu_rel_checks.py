@@ -35,13 +35,15 @@ def check_pool(num_kv_heads=8, head_dim=128, page_size=16, group=4) -> bool:
     gen = torch.Generator().manual_seed(0)
     # sequence 5 straddles element 2^31; the others take shuffled pages from the last 2000
     tail = (num_pages - 2000 + torch.randperm(2000, generator=gen)).tolist()
-    straddle = list(range(boundary_page - pages_per_seq[5] // 2, boundary_page - pages_per_seq[5] // 2 + pages_per_seq[5]))
+    first = boundary_page - pages_per_seq[5] // 2
+    straddle = list(range(first, first + pages_per_seq[5]))
     width = max(pages_per_seq) + 2
     table = torch.full((len(lens), width), -1, dtype=torch.int32)
     for b, n in enumerate(pages_per_seq):
         table[b, :n] = torch.tensor(straddle if b == 5 else [tail.pop() for _ in range(n)], dtype=torch.int32)
     table = table.cuda()
-    k_cache = torch.full((num_pages, page_size, num_kv_heads, head_dim), float("nan"), dtype=torch.bfloat16, device="cuda")
+    shape = (num_pages, page_size, num_kv_heads, head_dim)
+    k_cache = torch.full(shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     v_cache = torch.full_like(k_cache, float("nan"))
     assert k_cache.numel() > INT32_MAX and k_cache.stride(0) * int(table.max()) > INT32_MAX
     used = table[table >= 0].long()
@@ -62,7 +64,8 @@ def check_pool(num_kv_heads=8, head_dim=128, page_size=16, group=4) -> bool:
         lerr = lse_err(lse, ref_lse)
         ok = ok and lerr <= lse_tol
         ok_all &= ok
-        print(f"  {'ok  ' if ok else 'FAIL'} {backend:14s} splits={splits}: out err {err:.3g} (tol {tol:.3g}), lse err {lerr:.3g} (tol {lse_tol:.3g})")
+        print(f"  {'ok  ' if ok else 'FAIL'} {backend:14s} splits={splits}: out err {err:.3g} (tol {tol:.3g}), "
+              f"lse err {lerr:.3g} (tol {lse_tol:.3g})")  # fmt: skip
     print(f"RESULT pool {'PASS' if ok_all else 'FAIL'} pool of {k_cache.numel() / 2**31:.2f} x 2^31 elements, 3 backends")
     return ok_all
 

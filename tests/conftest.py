@@ -46,6 +46,7 @@ def pytest_testnodedown(node, error):
 def pytest_terminal_summary(terminalreporter):
     if strategies.EXAMPLES:
         total = sum(strategies.EXAMPLES.values())
-        terminalreporter.write_line(f"fuzz: {total} examples run (hypothesis profile {settings.get_current_profile_name()})")
+        profile = settings.get_current_profile_name()
+        terminalreporter.write_line(f"fuzz: {total} examples run (hypothesis profile {profile})")
         for test_id, count in sorted(strategies.EXAMPLES.items()):
             terminalreporter.write_line(f"  {count:6d}  {test_id}")

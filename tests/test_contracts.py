@@ -54,7 +54,8 @@ def test_lengths_on_tile_and_page_edges(backend, group, device):
     lens = [block_n - 1, block_n, block_n + 1, 2 * block_n]
     c = case(lens, 2 * group, 2, 64, 16, torch.bfloat16, device, seed=21)
     kwargs = dict(num_splits=2) if backend == "triton_splitk" else {}
-    out, lse = decode_attention(*c.args, backend=backend, return_lse=True, out=torch.full_like(c.q, float("nan")), **kwargs)
+    out = torch.full_like(c.q, float("nan"))
+    out, lse = decode_attention(*c.args, backend=backend, return_lse=True, out=out, **kwargs)
     _assert_matches_reference(c, out, lse)
 
 
