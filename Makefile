@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 # pytest-xdist workers: the CPU suite runs the Triton interpreter, 2 cores on CI
 WORKERS ?= 2
 
-.PHONY: venv run test bench lint clean
+.PHONY: venv run test fuzz bench lint clean
 
 venv:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -16,6 +16,11 @@ run: venv
 ## test: the test suite (Triton interpreter on CPU without a GPU, native on a GPU)
 test: venv
 	$(PY) -m pytest -q -n $(WORKERS) tests
+
+## fuzz: hypothesis fuzzing of decode_attention against float64, FUZZ_EXAMPLES random cases per backend (prints the count)
+FUZZ_EXAMPLES ?= 1000
+fuzz: venv
+	FLASHDECODE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -n $(WORKERS) --hypothesis-profile fuzz tests/test_fuzz.py
 
 ## bench: the benchmark's anchor preset (PERF.md's grid), results under bench-out/
 bench: venv

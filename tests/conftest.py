@@ -23,3 +23,30 @@ def device():
 def pytest_report_header(config):
     where = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU, Triton interpreter"
     return f"flashdecode tests on {where}"
+
+
+# hypothesis profiles (tests/strategies.py): "ci" unless --hypothesis-profile or FLASHDECODE_HYPOTHESIS_PROFILE says
+import strategies  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+settings.load_profile(strategies.profile_name())
+
+
+def pytest_sessionfinish(session):
+    # an xdist worker hands its fuzz counts to the controller
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["fuzz_examples"] = dict(strategies.EXAMPLES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    strategies.EXAMPLES.update(getattr(node, "workeroutput", {}).get("fuzz_examples", {}))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if strategies.EXAMPLES:
+        total = sum(strategies.EXAMPLES.values())
+        profile = settings.get_current_profile_name()
+        terminalreporter.write_line(f"fuzz: {total} examples run (hypothesis profile {profile})")
+        for test_id, count in sorted(strategies.EXAMPLES.items()):
+            terminalreporter.write_line(f"  {count:6d}  {test_id}")

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from . import reference, torch_baselines
+from . import reference, torch_baselines, validation
 
 __all__ = ["decode_attention", "BACKENDS"]
 
@@ -53,6 +53,8 @@ def decode_attention(
     window_left=None,
     k_scale=None,
     v_scale=None,
+    validate=False,
+    allow_shared_pages=False,
 ):
     """Attention of one new query token (or q_len of them) per sequence over a paged KV cache.
 
@@ -79,7 +81,9 @@ def decode_attention(
             TMA page loads; compute capability >= 9.0, page_size a power of two in [16, 256]).
         num_splits: None picks automatically; an int >= 1 forces the number of splits per sequence (1 = none).
             Forcing more than 1 needs backend "auto", "triton_splitk" or "triton_tma"; the PyTorch backends ignore it.
-        out: optional buffer with q's shape, dtype and device to write into.
+        out: optional buffer with q's shape, dtype and device to write into. It may be q itself (same storage,
+            shape and strides: every program reads its q rows before it writes the same out rows), but it must
+            not otherwise share memory with an input.
         return_lse: also return the natural-log LSE, float32 with q's shape without D ([B, Hq] or [B, q_len, Hq]).
         kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
         deterministic: each sequence's output is bit-identical whatever else is in the batch: split boundaries
@@ -93,8 +97,12 @@ def decode_attention(
             tokens, FlashAttention's / FlashInfer's window_left); pages wholly before the window are not read.
         k_scale, v_scale: per-tensor dequantisation scales of an fp8 cache (k = k_scale · k_fp8): Python floats
             or 0-d / 1-element float32 tensors on q's device (so a CUDA graph replays with new values); default 1.
-        The features need backend "auto", "reference", "torch_naive", "triton" or "triton_splitk"
-        (docs/features.md).
+            The features need backend "auto", "reference", "torch_naive", "triton" or "triton_splitk"
+            (docs/features.md).
+        validate: also check the values of cache_seqlens and block_table (one host sync; ``validation.py``):
+            lengths in [0, max_pages * page_size], the page ids they read in [0, num_pages), no page read twice.
+            The environment variable FLASHDECODE_DEBUG=1 turns it on for every call.
+        allow_shared_pages: with validation on, accept pages read by several sequences (prefix caching).
 
     Returns:
         out with q's shape and dtype, or (out, lse) when return_lse. A sequence with 0 tokens gives out = 0 and
@@ -120,6 +128,12 @@ def decode_attention(
     features = _validate_features(
         q, k_cache, backend, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale
     )  # fmt: skip
+    if not isinstance(validate, bool):
+        raise TypeError(f"validate must be a bool, got {type(validate).__name__}")
+    if validate or validation.debug_enabled():
+        validation.check_values(
+            cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], allow_shared_pages=allow_shared_pages
+        )
     batch, head_dim = q.shape[0], q.shape[-1]
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -363,6 +377,30 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
     for name, t in named.items():
         if t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
+
+    # out may be q itself (each program reads its q rows before writing the same out rows), nothing else that
+    # shares memory with an input: compared by address range, so a view interleaved with q is refused too
+    if out is not None:
+        same_as_q = out.data_ptr() == q.data_ptr() and out.stride() == q.stride()
+        for name, t in named.items():
+            if name != "out" and not (name == "q" and same_as_q) and _byte_ranges_overlap(out, t):
+                raise ValueError(
+                    f"out must not share memory with {name} (only out=q, the same view, is allowed); "
+                    "pass a separate buffer"
+                )
+
+
+def _byte_ranges_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the address ranges [first byte, last byte] of two tensors on one device intersect."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+
+    def span(t):
+        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) * t.element_size()
+        return t.data_ptr(), t.data_ptr() + last + t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _feature_names(f) -> list[str]:

@@ -1,0 +1,82 @@
+"""Value checks of the paged-cache metadata: what ``decode_attention(..., validate=True)`` adds.
+
+The default path checks shapes, dtypes, devices and strides only (``api._validate``): reading the values of
+``cache_seqlens`` and ``block_table`` means copying them to the host, a synchronisation that a decode step (and a
+captured CUDA graph) cannot afford. With ``validate=True`` or the environment variable ``FLASHDECODE_DEBUG=1``,
+``check_values`` copies them once and raises ValueError naming the argument, the sequence and the value for:
+
+* a negative length;
+* a length the block table's row cannot hold (more than ``block_table.shape[1] * page_size`` tokens); without the
+  check the kernels would read past the row;
+* a page id that a sequence reads (the first ``ceil(len / page_size)`` entries of its row) outside
+  ``[0, num_pages)``; entries past that point are never read and may hold anything;
+* a page read twice (by two sequences, or twice by one), unless ``allow_shared_pages=True``: prefix caching shares
+  the pages of a common prompt prefix between sequences legitimately, an allocator bug does so by accident.
+
+docs/contracts.md lists every contract and the test that holds it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+__all__ = ["check_values", "debug_enabled"]
+
+
+def debug_enabled() -> bool:
+    """True when FLASHDECODE_DEBUG is set to anything but "" or "0": every call validates values."""
+    return os.environ.get("FLASHDECODE_DEBUG", "0") not in ("", "0")
+
+
+def check_values(cache_seqlens, block_table, num_pages: int, page_size: int, *, allow_shared_pages: bool = False):
+    """Raise ValueError if the lengths or the pages they read are invalid (one host sync).
+
+    Args:
+        cache_seqlens: [B] int32 tokens per sequence, any device.
+        block_table: [B, max_pages] int32 page ids, any device.
+        num_pages: pages in the cache pool (``k_cache.shape[0]``).
+        page_size: tokens per page (``k_cache.shape[1]``).
+        allow_shared_pages: accept a page read by more than one (sequence, table column).
+    """
+    # the one host sync: both tensors to the CPU, widened so that sums cannot overflow
+    lens = cache_seqlens.detach().to("cpu", torch.int64)
+    table = block_table.detach().to("cpu", torch.int64)
+    width = table.shape[1]
+
+    negative = (lens < 0).nonzero()
+    if len(negative):
+        b = int(negative[0])
+        raise ValueError(f"cache_seqlens[{b}] must be >= 0, got {int(lens[b])}")
+    too_long = (lens > width * page_size).nonzero()
+    if len(too_long):
+        b = int(too_long[0])
+        raise ValueError(
+            f"cache_seqlens[{b}] = {int(lens[b])} needs {-(-int(lens[b]) // page_size)} pages of {page_size} tokens, "
+            f"but block_table has {width} columns (at most {width * page_size} tokens)"
+        )
+
+    # [B, max_pages]: the entries the kernels read
+    pages_read = -(-lens // page_size)
+    read = torch.arange(width)[None, :] < pages_read[:, None]
+    bad = read & ((table < 0) | (table >= num_pages))
+    if bad.any():
+        b, j = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"block_table[{b}, {j}] = {int(table[b, j])} is not a page id in [0, {num_pages}); sequence {b} has "
+            f"{int(lens[b])} tokens, so its first {int(pages_read[b])} entries are read"
+        )
+
+    if not allow_shared_pages:
+        where = read.nonzero()  # [N, 2] (sequence, column), row-major
+        ids = table[read]
+        order = torch.argsort(ids, stable=True)
+        repeated = (ids[order][1:] == ids[order][:-1]).nonzero()
+        if len(repeated):
+            i = int(repeated[0])
+            (b0, j0), (b1, j1) = where[order[i]].tolist(), where[order[i + 1]].tolist()
+            raise ValueError(
+                f"page {int(ids[order[i]])} is read by block_table[{b0}, {j0}] and block_table[{b1}, {j1}]; "
+                "pass allow_shared_pages=True if sharing is intended (prefix caching)"
+            )

@@ -1,0 +1,205 @@
+"""Hypothesis strategies for decode_attention: draw a case description, then build its tensors from a seed.
+
+A ``Spec`` is plain data (shapes, dtype, layouts, features), so a failing example prints readably and shrinks
+well; ``build`` turns it into the call's arguments with seeded torch RNG on top of ``cases.random_paged_case``
+(shuffled pages, NaN/Inf-poisoned spare pages, -1 and garbage table entries past each sequence).
+
+Adding a dimension is one line in ``DIMENSIONS`` (a strategy per field) plus its use in ``build``; rules between
+fields (e.g. a forced split count needs a split-capable backend) live in ``_consistent``.
+
+The hypothesis profiles are registered here: "ci" (the default, bounded and derandomised; tests/conftest.py
+loads it) and "fuzz" (``make fuzz``: thousands of random examples). ``EXAMPLES`` counts the examples each test
+ran; tests/conftest.py prints the total at the end of the session.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from flashdecode.cases import random_paged_case
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+FUZZ_BACKENDS = ("triton", "triton_splitk", "auto", "torch_sdpa", "torch_naive")
+# lengths around the kernels' tile edges (BLOCK_N is 64 or 128: triton_common.launch_config)
+TILE_EDGES = (63, 64, 65, 127, 128, 129)
+# the longest drawn sequence: a few tiles, so that one example costs about a second in the Triton interpreter
+MAX_LEN = 300
+
+_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+settings.register_profile("ci", max_examples=8, derandomize=True, deadline=None, suppress_health_check=_SLOW)
+settings.register_profile(
+    "fuzz", max_examples=int(os.environ.get("FLASHDECODE_FUZZ_EXAMPLES", "1000")), deadline=None,
+    suppress_health_check=_SLOW, print_blob=True,
+)  # fmt: skip
+settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=_SLOW)
+
+# examples run per test id, summed over xdist workers by tests/conftest.py
+EXAMPLES: collections.Counter = collections.Counter()
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One decode_attention call, as data."""
+
+    backend: str
+    seqlens: tuple[int, ...]  # B lengths, 0 allowed
+    num_kv_heads: int
+    group: int  # Hq / Hkv
+    head_dim: int
+    page_size: int
+    dtype: str  # key of DTYPES
+    num_splits: int | None  # None: the backend decides
+    softmax_scale: float | None  # None: 1 / sqrt(D)
+    q_layout: str  # "contiguous" | "4d" [B, 1, Hq, D] | "packed" (slice of a wider buffer) | "heads-major" strides
+    kv_layout: str  # "contiguous" | "packed" (K and V views of one buffer) | "every-other-page" (page stride x2)
+    table_layout: str  # "contiguous" | "transposed" | "every-other-column"
+    out: str  # "new" | "nan" (NaN-filled buffer) | "view" (rows of a wider NaN buffer) | "q" (out=q)
+    poison: float  # value of the unused pages and of the rows past each sequence's end in its last page
+    share_prefix: bool  # every sequence reads sequence 0's first page (prefix caching)
+    validate: bool
+    return_lse: bool
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return (
+            f"{self.backend}-B{len(self.seqlens)}-H{self.group * self.num_kv_heads}/{self.num_kv_heads}"
+            f"-D{self.head_dim}-P{self.page_size}-{self.dtype}-S{self.num_splits}"
+        )
+
+
+# one strategy per independent field of Spec
+DIMENSIONS = dict(
+    num_kv_heads=st.sampled_from([1, 2, 3]),
+    group=st.sampled_from([1, 2, 3, 4, 5, 7, 8]),
+    head_dim=st.sampled_from([16, 32, 64, 80, 96, 128]),
+    page_size=st.sampled_from([1, 2, 3, 8, 12, 16, 17, 32, 33]) | st.integers(1, 33),
+    dtype=st.sampled_from(list(DTYPES)),
+    num_splits=st.none() | st.integers(1, 8) | st.just(24),
+    softmax_scale=st.none() | st.floats(0.01, 1.0),
+    q_layout=st.sampled_from(["contiguous", "4d", "packed", "heads-major"]),
+    kv_layout=st.sampled_from(["contiguous", "packed", "every-other-page"]),
+    table_layout=st.sampled_from(["contiguous", "transposed", "every-other-column"]),
+    out=st.sampled_from(["new", "nan", "view", "q"]),
+    poison=st.sampled_from([float("nan"), float("inf"), float("-inf")]),
+    share_prefix=st.booleans(),
+    validate=st.booleans(),
+    return_lse=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+
+
+def _lengths(page_size: int):
+    """Ragged lengths: edges of the page (0, 1, page - 1, page, page + 1), of the tile, and anything up to MAX_LEN."""
+    edges = sorted({n for n in (0, 1, page_size - 1, page_size, page_size + 1, *TILE_EDGES) if 0 <= n <= MAX_LEN})
+    return st.lists(st.sampled_from(edges) | st.integers(0, MAX_LEN), min_size=1, max_size=4)
+
+
+def _consistent(fields: dict) -> dict:
+    """Rules between fields: a split count is a split-K argument (single pass takes 1 only)."""
+    if fields["backend"] == "triton" and fields["num_splits"] not in (None, 1):
+        fields["num_splits"] = 1
+    return fields
+
+
+@st.composite
+def specs(draw, backend: str) -> Spec:
+    fields = draw(st.fixed_dictionaries(DIMENSIONS))
+    fields["seqlens"] = tuple(draw(_lengths(fields["page_size"])))
+    return Spec(**_consistent(dict(fields, backend=backend)))
+
+
+@dataclasses.dataclass
+class Call:
+    """A built example: the call's arguments, the same inputs in plain layouts for the reference, and where the
+    output buffer lives (to check that nothing outside it was written)."""
+
+    args: tuple
+    kwargs: dict
+    plain: tuple  # (q [B, Hq, D], k_cache, v_cache, cache_seqlens, block_table), contiguous
+    out_base: torch.Tensor | None  # the buffer that holds `out`, when there is one
+    out_mask: torch.Tensor | None  # True where `out` lives in out_base
+
+
+def build(spec: Spec, device: str = DEVICE) -> Call:
+    """The tensors of a Spec, from its seed."""
+    dtype = DTYPES[spec.dtype]
+    num_q_heads = spec.group * spec.num_kv_heads
+    c = random_paged_case(
+        spec.seqlens, num_q_heads, spec.num_kv_heads, spec.head_dim, spec.page_size, dtype, device,
+        poison=spec.poison, seed=spec.seed,
+    )  # fmt: skip
+    q, k, v, lens, table = c.args
+    page = spec.page_size
+    if spec.share_prefix and spec.seqlens and spec.seqlens[0] > 0:
+        for b, n in enumerate(spec.seqlens):
+            if n > 0:
+                table[b, 0] = table[0, 0]
+    # stale rows past each sequence's end in its last page (unless another sequence reads that page): never read
+    readers = collections.Counter(int(p) for b, n in enumerate(spec.seqlens) for p in table[b, : -(-n // page)])
+    for b, n in enumerate(spec.seqlens):
+        last = int(table[b, n // page]) if n % page else None
+        if last is not None and readers[last] == 1:
+            k[last, n % page :] = spec.poison
+            v[last, n % page :] = spec.poison
+    plain = (q, k, v, lens, table)
+
+    if spec.q_layout == "4d":
+        q = q[:, None]
+    elif spec.q_layout == "packed":
+        wide = torch.randn(q.shape[0], num_q_heads + 3, spec.head_dim + 8, device=device).to(dtype)
+        wide[:, 1 : num_q_heads + 1, : spec.head_dim] = q
+        q = wide[:, 1 : num_q_heads + 1, : spec.head_dim]
+    elif spec.q_layout == "heads-major":
+        q = q.transpose(0, 1).contiguous().transpose(0, 1)
+
+    if spec.kv_layout == "packed":
+        kv = torch.stack([k, v], dim=2)  # [pages, page, 2, Hkv, D]
+        k, v = kv[:, :, 0], kv[:, :, 1]
+    elif spec.kv_layout == "every-other-page":
+        k = torch.stack([k, torch.full_like(k, spec.poison)], dim=1).flatten(0, 1)[::2]
+        v = torch.stack([v, torch.full_like(v, spec.poison)], dim=1).flatten(0, 1)[::2]
+
+    if spec.table_layout == "transposed":
+        table = table.t().contiguous().t()
+    elif spec.table_layout == "every-other-column":
+        wide = torch.full((table.shape[0], 2 * table.shape[1]), -1, dtype=torch.int32, device=device)
+        wide[:, ::2] = table
+        table = wide[:, ::2]
+
+    out_base = out_mask = None
+    if spec.out == "q":
+        q = q.clone() if spec.q_layout != "packed" else q
+        out = q
+    elif spec.out == "nan":
+        out = out_base = torch.full(q.shape, float("nan"), dtype=dtype, device=device)
+        out_mask = torch.ones(q.shape, dtype=torch.bool, device=device)
+    elif spec.out == "view":
+        out_base = torch.full((*q.shape[:-1], spec.head_dim + 8), float("nan"), dtype=dtype, device=device)
+        out = out_base[..., : spec.head_dim]
+        out_mask = torch.zeros(out_base.shape, dtype=torch.bool, device=device)
+        out_mask[..., : spec.head_dim] = True
+    else:
+        out = None
+
+    kwargs = dict(
+        backend=spec.backend, num_splits=spec.num_splits, softmax_scale=spec.softmax_scale, out=out,
+        return_lse=spec.return_lse, validate=spec.validate, allow_shared_pages=spec.share_prefix,
+    )  # fmt: skip
+    return Call((q, k, v, lens, table), kwargs, plain, out_base, out_mask)
+
+
+def count_example(test_id: str) -> None:
+    EXAMPLES[test_id] += 1
+
+
+def profile_name() -> str:
+    """The profile tests/conftest.py loads unless pytest gets --hypothesis-profile."""
+    return os.environ.get("FLASHDECODE_HYPOTHESIS_PROFILE", "ci")
