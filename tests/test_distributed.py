@@ -136,6 +136,9 @@ def check_against_single_process(spec, world, per_rank, device):
     extra = (torch.finfo(c.q.dtype).eps + world * torch.finfo(torch.float32).eps) * scale
     tolerance = output_tolerance(c3, ref_out, c.q.dtype) + extra
     out3 = out.reshape(q3.shape)
+    # the LSE has q's shape without D ([B, 1, Hq] for a 4-D q)
+    assert lse.shape == c.q.shape[:-1]
+    lse, single_lse = lse.reshape(q3.shape[:-1]), single_lse.reshape(q3.shape[:-1])
     assert max_err(out3, ref_out) <= tolerance, f"{name}: error {max_err(out3, ref_out):.3g} > {tolerance:.3g}"
     # the same local math on fewer tokens per call: cp and single differ by at most the gate
     assert max_err(out, single_out) <= tolerance, f"{name}: cp - single {max_err(out, single_out):.3g}"
@@ -152,8 +155,10 @@ def check_against_single_process(spec, world, per_rank, device):
 
 @pytest.mark.parametrize("world", [2, 3], ids=lambda w: f"world{w}")
 def test_cp_gloo_matches_single_process(world, tmp_path):
-    # the Triton cases run on CPU tensors through the interpreter (CI); on a GPU the NCCL test runs them natively
-    specs = CASES + (TRITON_CASES if world == 2 and interpreting() else [])
+    # the Triton cases (and the Triton merge) run on CPU tensors through the interpreter (CI); on a GPU machine the
+    # NCCL test runs them natively (the interpreter there may meet a numpy it does not support)
+    specs = [s for s in CASES if interpreting() or s[7] != "triton"]
+    specs += TRITON_CASES if world == 2 and interpreting() else []
     per_rank = run_world(world, specs, tmp_path)
     for spec in specs:
         check_against_single_process(spec, world, per_rank, "cpu")

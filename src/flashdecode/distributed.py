@@ -87,6 +87,8 @@ def decode_attention_cp(
         merge = "triton" if on_cuda else "torch"
     if merge == "triton" and not (on_cuda or _triton_merge().interpreting()):
         raise ValueError(f"merge 'triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got {q.device}")
+    if getattr(q, "dim", lambda: 0)() == 4 and q.shape[1] != 1:
+        raise ValueError(f"q: decode_attention_cp takes one query token per sequence, got q_len {q.shape[1]}")
     # validates every tensor argument, then computes this rank's partial
     local_out, local_lse = decode_attention(
         q, k_cache, v_cache, cache_seqlens, block_table,
@@ -98,13 +100,14 @@ def decode_attention_cp(
     # [B, Hq, D + 1] fp32: the partial output and its LSE side by side, so one collective carries both
     packed = torch.empty(batch, num_q_heads, head_dim + 1, dtype=torch.float32, device=q.device)
     packed[..., :head_dim] = local_out.reshape(batch, num_q_heads, head_dim)
-    packed[..., head_dim] = local_lse
+    packed[..., head_dim] = local_lse.reshape(batch, num_q_heads)
     # [world * B, Hq, D + 1]: rank r's buffer at rows r * B .. r * B + B - 1
     gathered = torch.empty(world * batch, num_q_heads, head_dim + 1, dtype=torch.float32, device=q.device)
     _all_gather(gathered, packed, group)
     out, lse = merge_gathered(gathered.view(world, batch, num_q_heads, head_dim + 1), q.dtype, merge=merge)
+    # out and lse in decode_attention's shapes: q's, and q's without D
     out = out.view(q.shape)
-    return (out, lse) if return_lse else out
+    return (out, lse.view(q.shape[:-1])) if return_lse else out
 
 
 def merge_gathered(gathered, dtype, *, merge="torch"):
