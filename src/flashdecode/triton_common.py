@@ -18,6 +18,7 @@ output. See docs/design.md for the derivation and docs/features.md for the featu
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -53,11 +54,16 @@ def use_pdl(device) -> bool:
     interpreter): a kernel launched with it is scheduled while its predecessor still runs and waits in
     ``wait_for_previous`` before touching memory, so the launch gap between planner, partial and combine shrinks.
     ``PDL`` (module attribute) switches it off for measurements."""
-    import torch
-
     if not PDL or interpreting() or device.type != "cuda":
         return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+    return _capability_major(device.index) >= 9
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_major(index) -> int:
+    import torch
+
+    return torch.cuda.get_device_capability(index)[0]
 
 
 PDL = True
