@@ -5,15 +5,7 @@
 set -uo pipefail
 steps=${1:-"test run bench"}; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 FLASHINFER_WORKSPACE_BASE=/tmp/fiws TVM_FFI_CACHE_DIR=/tmp/tvm_ffi_cache
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-  # prebuilt FlashInfer decode kernels (sm90a, head_dim 128), so the benchmark skips its JIT build
-  for t in .whl/flashinfer-*-aot-*.tar.gz; do [ -f "$t" ] && tar -xzf "$t" -C /tmp/site; done
-fi
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader
-make venv 2>&1 | tail -2
+source scripts/gpu_env.sh
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 echo "commit $commit"
 for step in $steps; do
