@@ -19,18 +19,24 @@ from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
 
 ROWS = [
-    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
-    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([131072] + [1024] * 63, 32, 8), Row([4096] * 64, 32, 8),
-    Row([65536], 12, 12), Row([16384] * 4, 12, 12), Row([131072], 32, 32),
+    Row([65536], 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([131072], 12, 2),
+    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([256] * 256, 12, 2), Row([131072] + [1024] * 63, 32, 8),
+    Row([65536], 12, 12), Row([131072], 12, 12), Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12),
+    Row([8192], 32, 32), Row([32768], 32, 32), Row([131072], 32, 32),
+    Row([32768], 8, 8), Row([32768], 12, 12), Row([32768], 16, 16), Row([32768], 24, 24),
 ]
-# (name, module attributes to set); the first is the baseline (this commit's defaults)
+BN64 = dict(BLOCK_N=64, num_stages=3)
+WIDE = (256, 4)
+# (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("base", {}),
-    ("heads_first", dict(PARTIAL_HEADS_FIRST=True)),
-    ("sat3", dict(SATURATION_PER_SM=3)),
-    ("heads_first+sat3", dict(PARTIAL_HEADS_FIRST=True, SATURATION_PER_SM=3)),
+    ("base", dict(COMBINE_WIDE=None, SMALL_GROUP_SPLIT_TILE=None)),
+    ("wide", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=None)),
+    ("tile", dict(COMBINE_WIDE=None, SMALL_GROUP_SPLIT_TILE=BN64)),
+    ("all", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64)),
+    ("all-pdl", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64, PDL=False)),
 ]
-DEFAULTS = {k: getattr(triton_splitk, k) for k in ("PARTIAL_HEADS_FIRST", "SATURATION_PER_SM")}
+DEFAULTS = {k: getattr(triton_splitk, k) for k in
+            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -87,7 +93,7 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("base",):
+            if name in ("base", "all"):
                 profile_row(row, fn, prof_log)
         by = {r["variant"]: r["us"] for r in results}
         table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))

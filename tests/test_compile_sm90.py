@@ -47,14 +47,14 @@ def compile_sm90(kernel, consts):
 FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=True, KV_FP8=KV != "*bf16")
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
-            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, HEADS_FIRST=False)
+            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0)
 for window in (False, True):
     for q_len in (1, 4):
         ptx = compile_sm90(triton_splitk._plan_kernel, dict(
             BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64,
             HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True)).asm["ptx"]
         assert "griddepcontrol.launch_dependents" in ptx
-for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=0, HEADS_FIRST=True), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
+for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
               dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra

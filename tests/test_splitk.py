@@ -194,16 +194,15 @@ def test_combine_block_shapes(block_s, d_blocks, device, monkeypatch):
 
 
 def test_tuning_switches_keep_the_result(device, monkeypatch):
-    """The launch switches measured on the GPU (wide combine, split tile for small groups, heads-first partial grid)
-    change how the work is cut or ordered, never the answer; with them off, the same answer."""
+    """The launch switches measured on the GPU (wide combine, split tile for small groups) change how the work is
+    cut, never the answer; with them off, the same answer."""
     import flashdecode.triton_splitk as splitk
 
     c = case([3, 700, 20, 0, 64], 2, 2, 64, 16, torch.float32, device, seed=41)
     ref_out, ref_lse = reference_of(c)
-    for wide, tile, heads_first in (((256, 4), dict(BLOCK_N=64, num_stages=3), True), (None, None, False)):
+    for wide, tile in (((256, 4), dict(BLOCK_N=64, num_stages=3)), (None, None)):
         monkeypatch.setattr(splitk, "COMBINE_WIDE", wide)
         monkeypatch.setattr(splitk, "SMALL_GROUP_SPLIT_TILE", tile)
-        monkeypatch.setattr(splitk, "PARTIAL_HEADS_FIRST", heads_first)
         out, lse = torch.full_like(c.q, float("nan")), torch.empty(c.q.shape[:2], device=device)
         decode_splitk(*c.args, 64**-0.5, out, lse, num_sms=4)
         assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)

@@ -79,8 +79,6 @@ COMBINE_WIDE = (256, 4)
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement)
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
-# planned partial grid with the heads of one chunk next to each other (the single pass's order), not the chunks
-PARTIAL_HEADS_FIRST = False
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -268,17 +266,10 @@ def _partial_kernel(
     KV_FP8: tl.constexpr,
     SCALE_PTR: tl.constexpr,
     USE_PDL: tl.constexpr,
-    HEADS_FIRST: tl.constexpr,
 ):
-    # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that consecutive programs read the same token rows' heads
-    if HEADS_FIRST:
-        chunk_id = tl.program_id(1)
-        head_id = tl.program_id(0)
-    else:
-        chunk_id = tl.program_id(0)
-        head_id = tl.program_id(1)
-    kv_head = head_id // HEAD_BLOCKS
-    head_block = head_id % HEAD_BLOCKS
+    chunk_id = tl.program_id(0)
+    kv_head = tl.program_id(1) // HEAD_BLOCKS
+    head_block = tl.program_id(1) % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
@@ -547,10 +538,7 @@ def decode_splitk(
         )
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
-    heads_first = PARTIAL_HEADS_FIRST and not fixed
-    grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
-    _partial_kernel[grid](
+    _partial_kernel[(chunks, num_kv_heads * head_blocks)](
         q4, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out4, lse_arg,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch, max_chunks=chunks,
         stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
@@ -560,7 +548,6 @@ def decode_splitk(
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
-        HEADS_FIRST=heads_first,
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
     )  # fmt: skip
     launch_combine(
