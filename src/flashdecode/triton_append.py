@@ -9,6 +9,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .triton_common import cdiv, next_power_of_2
+
 from .append import _TILE_ELEMENTS
 
 __all__ = ["append_kv_triton", "append_launch_config"]
@@ -44,8 +46,8 @@ def _append_kv_kernel(
 
 def append_launch_config(num_kv_heads: int, head_dim: int) -> dict:
     """BLOCK_D: head_dim padded to a power of two; BLOCK_H: as many KV heads as fit a tile of _TILE_ELEMENTS."""
-    block_d = triton.next_power_of_2(head_dim)
-    block_h = min(triton.next_power_of_2(num_kv_heads), max(1, _TILE_ELEMENTS // block_d))
+    block_d = next_power_of_2(head_dim)
+    block_h = min(next_power_of_2(num_kv_heads), max(1, _TILE_ELEMENTS // block_d))
     return dict(BLOCK_H=block_h, BLOCK_D=block_d, num_warps=4 if block_h * block_d >= 1024 else 1)
 
 
@@ -54,7 +56,7 @@ def append_kv_triton(k, v, k_cache, v_cache, slot_mapping):
     num_tokens, num_kv_heads, head_dim = k.shape
     num_pages, page_size = k_cache.shape[:2]
     cfg = append_launch_config(num_kv_heads, head_dim)
-    grid = (num_tokens, triton.cdiv(num_kv_heads, cfg["BLOCK_H"]))
+    grid = (num_tokens, cdiv(num_kv_heads, cfg["BLOCK_H"]))
     _append_kv_kernel[grid](
         k, v, k_cache, v_cache, slot_mapping, num_pages * page_size, slot_mapping.stride(0),
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),

@@ -33,6 +33,17 @@ LOG2E_C = tl.constexpr(1.4426950408889634)
 LN2 = tl.constexpr(0.6931471805599453)
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host code: ``triton.cdiv`` is a constexpr function whose wrapper costs ~4 us a call on the
+    host, and a decode call makes a dozen such calls (docs/design.md, eager host time)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (0 for 0, as ``triton.next_power_of_2``), for host code, like ``cdiv``."""
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()
+
+
 def interpreting() -> bool:
     """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -102,6 +113,12 @@ SMEM_BUDGET = 160 * 1024
 
 
 def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None) -> dict:
+    """A fresh copy of ``_launch_config`` (cached: launchers update their copy)."""
+    return dict(_launch_config(head_dim, group, dtype, q_len, kv_itemsize))
+
+
+@functools.lru_cache(maxsize=256)
+def _launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None) -> dict:
     """Tile sizes, warps and stages for one (head_dim, rows, dtype): one small table, no per-call autotuning.
 
     Measured on the H200 (scripts/sweep.py, docs/design.md). BLOCK_N tokens per tile; K and V tiles of
@@ -119,7 +136,7 @@ def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize:
     import torch
 
     rows = q_len * group
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    block_d = max(16, next_power_of_2(head_dim))
     use_dot = group >= DOT_MIN_GROUP
     block_n, stages = (128, 2) if group < 4 else (64, 3)
     if block_d > 128:
@@ -127,7 +144,7 @@ def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize:
     itemsize = kv_itemsize if kv_itemsize is not None else torch.empty((), dtype=dtype).element_size()
     while block_n > 16 and block_n * block_d * stages * 2 * itemsize > SMEM_BUDGET:
         block_n //= 2
-    block_h = max(16, triton.next_power_of_2(rows)) if use_dot else triton.next_power_of_2(rows)
+    block_h = max(16, next_power_of_2(rows)) if use_dot else next_power_of_2(rows)
     block_h = min(block_h, MAX_TILE_ROWS, max(16, MAX_TILE_ROWS_X_D // block_d))
     return dict(
         BLOCK_H=block_h,

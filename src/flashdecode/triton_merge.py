@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LN2, interpreting
+from .triton_common import LN2, cdiv, interpreting, next_power_of_2
 
 __all__ = ["merge_gathered_triton", "interpreting"]
 
@@ -81,9 +81,9 @@ def merge_gathered_triton(gathered: torch.Tensor, dtype: torch.dtype):
     rows = batch * num_q_heads
     if rows == 0:
         return out, lse
-    grid = (triton.cdiv(rows, BLOCK_R),)
+    grid = (cdiv(rows, BLOCK_R),)
     _merge_gathered_kernel[grid](
         gathered, out, lse, world, rows, gathered.stride(0),
-        HEAD_DIM=head_dim, BLOCK_R=BLOCK_R, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        HEAD_DIM=head_dim, BLOCK_R=BLOCK_R, BLOCK_D=max(16, next_power_of_2(head_dim)),
     )  # fmt: skip
     return out, lse

@@ -17,7 +17,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, Features, attend_group, dot_in_fp32, launch_config, store_group, window_start
+from .triton_common import (
+    LOG2E,
+    Features,
+    attend_group,
+    cdiv,
+    dot_in_fp32,
+    launch_config,
+    next_power_of_2,
+    store_group,
+    window_start,
+)
 
 __all__ = ["decode_single"]
 
@@ -116,7 +126,7 @@ def decode_single(
     assert features.q_len == q_len, f"features.q_len {features.q_len} != q's q_len {q_len}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     cfg = {**launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size()), **(config or {})}
-    head_blocks = triton.cdiv(q_len * group, cfg["BLOCK_H"])
+    head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
     _decode_single_kernel[(num_kv_heads * head_blocks, batch)](

@@ -45,10 +45,12 @@ from .triton_common import (
     LOG2E,
     Features,
     attend_group,
+    cdiv,
     dot_in_fp32,
     group_rows,
     launch_config,
     let_next_start,
+    next_power_of_2,
     store_group,
     use_pdl,
     wait_for_previous,
@@ -381,14 +383,14 @@ def _combine_kernel(
 def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
     """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
     B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
-    return batch + triton.cdiv(EXTRA_PROGRAMS_PER_SM * num_sms, num_kv_heads)
+    return batch + cdiv(EXTRA_PROGRAMS_PER_SM * num_sms, num_kv_heads)
 
 
 def num_candidates(max_tokens: int, block_n: int) -> int:
     """Candidate chunk sizes block_n * 2^k, enough that the largest covers any sequence the table can hold (so one
     chunk per sequence is always feasible), as a power of two for tl.arange."""
-    k = max(1, triton.cdiv(max_tokens, block_n) - 1).bit_length() + 1
-    return triton.next_power_of_2(k)
+    k = max(1, cdiv(max_tokens, block_n) - 1).bit_length() + 1
+    return next_power_of_2(k)
 
 
 def visible_start(seqlen: int, window_left: int | None, q_len: int = 1) -> int:
@@ -404,7 +406,7 @@ def split_bounds(
     if split_tokens:
         tiles_per_split = split_tokens // block_n
     else:
-        tiles_per_split = triton.cdiv(triton.cdiv(seqlen - first, block_n), num_splits)
+        tiles_per_split = cdiv(cdiv(seqlen - first, block_n), num_splits)
     bounds = []
     for split in range(num_splits):
         start = first + split * tiles_per_split * block_n
@@ -425,8 +427,8 @@ def chunk_plan(
     best = None
     for k in range(num_cand):
         cand = block_n << k
-        count = sum(triton.cdiv(n, cand) for n in visible)
-        per_sm = triton.cdiv(count * num_kv_heads, num_sms)
+        count = sum(cdiv(n, cand) for n in visible)
+        per_sm = cdiv(count * num_kv_heads, num_sms)
         cost = max(per_sm, saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
@@ -445,10 +447,10 @@ def launch_plan(
     features = features or Features()
     plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
     block_i = 64
-    _plan_kernel[(triton.cdiv(max_chunks, block_i),)](
+    _plan_kernel[(cdiv(max_chunks, block_i),)](
         cache_seqlens, plan, batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
         int(features.window_left if features.window_left is not None else 0),
-        BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        BLOCK_B=next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl,
     )  # fmt: skip
@@ -477,7 +479,7 @@ def launch_combine(
         o_part, lse_part, out4, lse if lse is not None else lse_part, plan, sinks if sinks is not None else lse_part,
         batch, max_chunks, num_q_heads, out4.stride(0), out4.stride(1), out4.stride(2),
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
-        BLOCK_S=min(block_s, triton.next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
+        BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
         USE_PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
@@ -512,13 +514,13 @@ def decode_splitk(
     if SMALL_GROUP_SPLIT_TILE and small_group:
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     cfg.update(config or {})
-    head_blocks = triton.cdiv(q_len * group, cfg["BLOCK_H"])
+    head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     max_tokens = block_table.shape[1] * page_size
     if split_tokens:
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
-        num_splits = max(1, triton.cdiv(max_tokens, split_tokens))
+        num_splits = max(1, cdiv(max_tokens, split_tokens))
     if num_splits is None:
         chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms), 0
     else:

@@ -33,7 +33,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_common import LOG2E, dot_in_fp32, finalize, group_rows, interpreting, load_q_rows, softmax_step
+from .triton_common import (
+    LOG2E,
+    cdiv,
+    dot_in_fp32,
+    finalize,
+    group_rows,
+    interpreting,
+    load_q_rows,
+    next_power_of_2,
+    softmax_step,
+)
 from .triton_splitk import (
     MAX_PLANNED_BATCH,
     fixed_chunk,
@@ -262,13 +272,13 @@ def tma_config(head_dim: int, group: int, page_size: int) -> dict:
     * PROGRAMS_PER_SM: the planner's target of resident programs per SM.
     To be tuned on the H200 (scripts/gpu_tma.sh sweeps every entry).
     """
-    block_d = max(16, triton.next_power_of_2(head_dim))
+    block_d = max(16, next_power_of_2(head_dim))
     tile = 64
     if block_d > 128:
         tile //= 2
     return dict(
         PAGES_PER_TILE=max(1, tile // page_size),
-        BLOCK_H=max(16, triton.next_power_of_2(group)),
+        BLOCK_H=max(16, next_power_of_2(group)),
         BLOCK_D=block_d,
         num_warps=4,
         num_stages=3,
@@ -279,7 +289,7 @@ def tma_config(head_dim: int, group: int, page_size: int) -> dict:
 def grid_slots(batch: int, num_kv_heads: int, num_sms: int, programs_per_sm: int) -> int:
     """Chunk slots of the planned grid: one per sequence plus 2 * programs_per_sm programs per SM (the planner's
     room to split; it never uses more). Sized from B and the SM count, never from the lengths."""
-    return batch + triton.cdiv(2 * programs_per_sm * num_sms, num_kv_heads)
+    return batch + cdiv(2 * programs_per_sm * num_sms, num_kv_heads)
 
 
 def check_supported(q, k_cache, v_cache):
