@@ -38,3 +38,21 @@ def lse_tolerance(c, ref_lse, **kwargs):
 
 def reference_of(c, **kwargs):
     return reference_dense(*c.args, **kwargs)
+
+
+def check_planned_partials(c, chunks, out, lse, o_part, lse_part, scale, head_dim):
+    """A planned run against the float64 mirror: a long sequence cut into several chunks, the short ones whole
+    (seq 0 one chunk, seq 3 none); each multi-chunk partial and LSE matches the mirror (single-chunk sequences go
+    straight to ``out`` and leave their partial rows unset), and the final output and LSE match the reference."""
+    from flashdecode.triton_splitk import splitk_partials_mirror
+
+    per_seq = [sum(1 for b, _, _ in chunks if b == s) for s in range(c.q.shape[0])]
+    assert per_seq[1] > 1 and per_seq[0] == 1 and per_seq[3] == 0
+    ref_o, ref_lse = splitk_partials_mirror(*c.args, scale, chunks)
+    # the grid has more chunk slots than chunks; the plan fills the first len(chunks)
+    multi = torch.tensor([per_seq[b] > 1 for b, _, _ in chunks])
+    o_part, lse_part = o_part[: len(chunks)], lse_part[: len(chunks)]
+    assert lse_err(lse_part[multi], ref_lse[multi]) <= 1e-5
+    assert max_err(o_part[multi][..., :head_dim], ref_o[multi]) <= 1e-5
+    ref_out, ref_lse_all = reference_dense(*c.args, softmax_scale=scale)
+    assert max_err(out, ref_out) <= 1e-5 and lse_err(lse, ref_lse_all) <= 1e-5

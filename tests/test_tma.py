@@ -9,7 +9,16 @@ import types
 
 import pytest
 import torch
-from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, ragged_lengths, reference_of
+from helpers import (
+    case,
+    check_planned_partials,
+    lse_err,
+    lse_tolerance,
+    max_err,
+    output_tolerance,
+    ragged_lengths,
+    reference_of,
+)
 
 from flashdecode import decode_attention
 from flashdecode.triton_splitk import chunk_plan, num_candidates, split_bounds, splitk_partials_mirror
@@ -104,15 +113,7 @@ def test_partials_match_mirror_planned(device):
         lens, 2, num_sms, grid_slots(len(lens), 2, num_sms, ppsm), block_n, num_candidates(max_tokens, block_n),
         saturation=ppsm,
     )
-    per_seq = [sum(1 for b, _, _ in chunks if b == s) for s in range(len(lens))]
-    assert per_seq[1] > 1 and per_seq[0] == 1 and per_seq[3] == 0
-    ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
-    multi = torch.tensor([per_seq[b] > 1 for b, _, _ in chunks])
-    o_part, lse_part = o_part[: len(chunks)], lse_part[: len(chunks)]
-    assert lse_err(lse_part[multi], ref_lse[multi]) <= 1e-5
-    assert max_err(o_part[multi][..., :64], ref_o[multi]) <= 1e-5
-    ref_out, ref_lse_all = reference_of(c, softmax_scale=0.125)
-    assert max_err(out, ref_out) <= 1e-5 and lse_err(lse, ref_lse_all) <= 1e-5
+    check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
 
 
 def test_page_permutation_invariance_and_strided_cache(device):
