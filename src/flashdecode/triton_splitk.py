@@ -187,6 +187,26 @@ def planned_chunk(PLAN, chunk_id, seq, batch, max_chunks):
 
 
 @triton.jit
+def locate_chunk(
+    PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT_TOKENS: tl.constexpr = 0, HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
+):  # fmt: skip
+    """The work of partial program chunk_id, in either mode: (seq, seqlen, start, end, single). In the planned
+    mode an unused slot has seq = B (the caller returns); single: the chunk is its whole sequence."""
+    if NUM_SPLITS > 0:
+        seq, seqlen, start, end = fixed_chunk(
+            SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
+        )
+        single = False
+    else:
+        # planned: the cut _plan_kernel wrote (sequence B marks an unused slot; its loads stay in bounds)
+        seq = tl.load(PLAN + chunk_id)
+        start, end, single = planned_chunk(PLAN, chunk_id, tl.minimum(seq, batch - 1), batch, max_chunks)
+        seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
+    return seq, seqlen, start, end, single
+
+
+@triton.jit
 def store_chunk(
     O_PART, LSE_PART, OUT, LSE, SINKS, chunk_id, seq, kv_head, head_block, out, lse, single,
     stride_ob, stride_ot, stride_oh, num_q_heads,
@@ -276,18 +296,12 @@ def _partial_kernel(
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
 
-    if NUM_SPLITS > 0:
-        seq, seqlen, start, end = fixed_chunk(
-            SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
-        )
-        single = False
-    else:
-        # planned: the cut _plan_kernel wrote (sequence B marks an unused slot)
-        seq = tl.load(PLAN + chunk_id)
-        if seq >= batch:
-            return
-        start, end, single = planned_chunk(PLAN, chunk_id, seq, batch, max_chunks)
-        seqlen = tl.load(SEQLENS + seq * stride_sl)
+    seq, seqlen, start, end, single = locate_chunk(
+        PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
+        NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN,
+    )  # fmt: skip
+    if seq >= batch:
+        return
     seq = seq.to(tl.int64)
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,

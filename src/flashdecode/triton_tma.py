@@ -46,11 +46,10 @@ from .triton_common import (
 )
 from .triton_splitk import (
     MAX_PLANNED_BATCH,
-    fixed_chunk,
     launch_combine,
     launch_plan,
+    locate_chunk,
     num_candidates,
-    planned_chunk,
     store_chunk,
 )
 
@@ -206,15 +205,11 @@ def _tma_partial_kernel(
     chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1)
     num_q_heads = GROUP * tl.num_programs(1)
-    if NUM_SPLITS > 0:
-        seq, _, start, end = fixed_chunk(SEQLENS, stride_sl, chunk_id, 0, NUM_SPLITS, BLOCK_N)
-        single = False
-    else:
-        # planned: the cut _plan_kernel wrote (sequence B marks an unused slot)
-        seq = tl.load(PLAN + chunk_id)
-        if seq >= batch:
-            return
-        start, end, single = planned_chunk(PLAN, chunk_id, seq, batch, max_chunks)
+    seq, _, start, end, single = locate_chunk(
+        PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, 0, NUM_SPLITS, BLOCK_N
+    )
+    if seq >= batch:
+        return
     seq = seq.to(tl.int64)
     block_row = BLOCK_TABLE + seq * stride_btb
 
