@@ -1,0 +1,161 @@
+"""What the small anchor rows could take at best on this GPU: read-only kernels over the same bytes, CUDA-graph timed
+with the caches rotated out of L2, next to the decode kernels. Run on the GPU machine; writes $OUT/ceiling.jsonl and
+prints a table last.
+
+Per row:
+* ``launch`` — a graph of 1 (and 3, the planned split-K path's count) empty kernels: the launch floor.
+* ``sum`` — ``torch.sum`` over a contiguous buffer of the row's K+V bytes: a library streaming read.
+* ``read/P`` — a Triton kernel streaming the same contiguous bytes with P programs (16 KB loads).
+* ``gather/C`` — the decode access pattern without the math: one program per (chunk of C tokens, KV head) loads the
+  block-table entries and the K and V tiles of its chunk, through the row's own random page table, and sums them.
+  C = the planner's chunk, and 2x / 4x it.
+* ``auto`` — decode_attention(backend="auto") on the same row (and ``single``: the single-pass kernel).
+"""
+
+import itertools
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.testing import do_bench_cudagraph
+
+from flashdecode import decode_attention, triton_splitk
+from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.cases import random_paged_case
+from flashdecode.triton_common import launch_config
+from flashdecode.triton_single import decode_single
+
+ROWS = [
+    Row([128], 28, 4), Row([128] * 8, 28, 4), Row([2048], 28, 4), Row([2048] * 8, 28, 4),
+    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
+    Row([131072], 12, 2), Row([8192], 32, 32),
+]  # fmt: skip
+
+
+@triton.jit
+def _empty_kernel(X):
+    pass
+
+
+@triton.jit
+def _read_kernel(X, OUT, n, per_prog, BLOCK: tl.constexpr):
+    # per_prog elements (a multiple of BLOCK) from pid * per_prog; fp32 sum so the loads are not dead code
+    pid = tl.program_id(0)
+    acc = tl.zeros([BLOCK], tl.float32)
+    start = pid.to(tl.int64) * per_prog
+    for i in range(0, per_prog, BLOCK):
+        offs = start + i + tl.arange(0, BLOCK)
+        acc += tl.load(X + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(OUT + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _gather_kernel(
+    K, V, TABLE, CHUNKS, OUT, stride_kp, stride_kt, stride_kh, stride_bt,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # chunk c = (seq, start, end) from CHUNKS [3, n]; program (c, kv head)
+    c = tl.program_id(0)
+    n_chunks = tl.num_programs(0)
+    h = tl.program_id(1)
+    seq = tl.load(CHUNKS + c).to(tl.int64)
+    start = tl.load(CHUNKS + n_chunks + c)
+    end = tl.load(CHUNKS + 2 * n_chunks + c)
+    offs_d = tl.arange(0, BLOCK_D)
+    acc = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    k0 = K + h.to(tl.int64) * stride_kh
+    v0 = V + h.to(tl.int64) * stride_kh
+    for t in range(start, end, BLOCK_N):
+        offs_n = t + tl.arange(0, BLOCK_N)
+        mask = offs_n < end
+        page = tl.load(TABLE + seq * stride_bt + offs_n // PAGE_SIZE, mask=mask, other=0).to(tl.int64)
+        off = page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + offs_d[None, :]
+        k = tl.load(k0 + off, mask=mask[:, None], other=0.0)
+        v = tl.load(v0 + off, mask=mask[:, None], other=0.0)
+        acc += k.to(tl.float32) + v.to(tl.float32)
+    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
+
+
+def graph_us(fn):
+    return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+
+
+def main():
+    out_dir = os.environ.get("OUT", ".")
+    log = open(os.path.join(out_dir, "ceiling.jsonl"), "w")
+    l2 = _l2_bytes("cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    dummy = torch.zeros(1, device="cuda")
+    launch1 = graph_us(lambda: _empty_kernel[(1,)](dummy))
+    launch3 = graph_us(lambda: [_empty_kernel[(1,)](dummy) for _ in range(3)])
+    print(f"launch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us", flush=True)
+    log.write(json.dumps(dict(what="launch", k1=round(launch1, 2), k3=round(launch3, 2))) + "\n")
+    table = []
+    for row in ROWS:
+        c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
+                              spare_pages=0)  # fmt: skip
+        kv_bytes = row.kv_bytes()
+        res = {}
+        # contiguous streams of the same bytes (K+V of the valid tokens), rotated like the cache copies
+        n = kv_bytes // 2
+        bufs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(max(1, -(-3 * l2 // kv_bytes)))]
+        it = itertools.cycle(bufs)
+        res["sum"] = graph_us(lambda: next(it).sum())
+        for progs in (sms, 2 * sms, 4 * sms, 8 * sms):
+            block = 8192
+            per = -(-n // progs)
+            per = -(-per // block) * block
+            partial = torch.empty(progs, device="cuda")
+            res[f"read/{progs}"] = graph_us(lambda: _read_kernel[(progs,)](next(it), partial, n, per, BLOCK=block,
+                                                                           num_warps=8))  # fmt: skip
+        del bufs
+        # the decode access pattern without the math
+        copies = rotation_copies(c, l2)
+        cfg = launch_config(128, row.num_q_heads // row.num_kv_heads, torch.bfloat16)
+        max_chunks = triton_splitk.grid_chunks(row.batch, row.num_kv_heads, sms)
+        num_cand = triton_splitk.num_candidates(c.block_table.shape[1] * 16, cfg["BLOCK_N"])
+        plan = triton_splitk.chunk_plan(row.seqlens, row.num_kv_heads, sms, max_chunks, cfg["BLOCK_N"], num_cand)
+        chunk = max(e - s for _, s, e in plan)
+        for mult in (1, 2, 4):
+            size = chunk * mult
+            chunks = [(b, s, min(s + size, L)) for b, L in enumerate(row.seqlens) for s in range(0, L, size)]
+            ch = torch.tensor(chunks, dtype=torch.int32, device="cuda").T.contiguous()
+            sink = torch.empty(len(chunks) * row.num_kv_heads, device="cuda")
+            cit = itertools.cycle(copies)
+            for bn, stages in ((cfg["BLOCK_N"], cfg["num_stages"]), (128, 2)):
+
+                def gather():
+                    x = next(cit)
+                    _gather_kernel[(len(chunks), row.num_kv_heads)](
+                        x.k_cache, x.v_cache, x.block_table, ch, sink, x.k_cache.stride(0), x.k_cache.stride(1),
+                        x.k_cache.stride(2), x.block_table.stride(0), PAGE_SIZE=16, BLOCK_N=bn, BLOCK_D=128,
+                        num_warps=4, num_stages=stages,
+                    )  # fmt: skip
+
+                res[f"gather/{size}/bn{bn}s{stages}"] = graph_us(gather)
+        cit = itertools.cycle(copies)
+        out = torch.empty_like(c.q)
+        res["auto"] = graph_us(lambda: decode_attention(*next(cit).args, out=out))
+        res["single"] = graph_us(
+            lambda: decode_single(*next(cit).args, 128**-0.5, out, None)
+        )
+        rec = dict(row=row.name(), kv_mb=round(kv_bytes / 1e6, 1), chunk=chunk,
+                   **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
+        log.write(json.dumps(rec) + "\n")
+        log.flush()
+        best_read = min(v for k, v in res.items() if k.startswith(("read", "sum")))
+        best_gather = min((v, k) for k, v in res.items() if k.startswith("gather"))
+        line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  read {best_read:>6.1f} us "
+                f"({kv_bytes / best_read / 1e3:>5.0f} GB/s)  gather {best_gather[0]:>6.1f} ({best_gather[1]})  "
+                f"auto {res['auto']:>6.1f}  single {res['single']:>6.1f}")  # fmt: skip
+        table.append(line)
+        print(line, flush=True)
+    print(f"\nlaunch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us")
+    for line in table:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

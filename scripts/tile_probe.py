@@ -1,0 +1,77 @@
+"""Split-K partial tiles for short chunks (GQA groups >= 4, the 12/2 and 28/4 anchor rows): BLOCK_N x warps x
+stages, with the planner at 2 and 4 programs per SM. Run on the GPU machine; writes $OUT/tile.jsonl and prints the
+table last (graph µs, caches rotated out of L2, every variant checked against the float64 reference first).
+"""
+
+import itertools
+import json
+import os
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+from flashdecode import triton_splitk
+from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.cases import random_paged_case
+from flashdecode.check import max_err
+from flashdecode.reference import reference_dense
+from flashdecode.triton_single import decode_single
+
+ROWS = [
+    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([16384] * 4, 12, 2),
+    Row([65536], 12, 2), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
+]  # fmt: skip
+TILES = [(64, 4, 3), (64, 4, 2), (32, 4, 3), (32, 4, 4), (128, 4, 2), (128, 8, 2), (64, 8, 3)]
+SATURATIONS = [4, 2]
+
+
+def main():
+    out_dir = os.environ.get("OUT", ".")
+    log = open(os.path.join(out_dir, "tile.jsonl"), "w")
+    l2 = _l2_bytes("cuda")
+    table = []
+    default_sat = triton_splitk.SATURATION_PER_SM
+    for row in ROWS:
+        c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
+                              spare_pages=0)  # fmt: skip
+        ref, _ = reference_dense(*c.args, device="cuda")
+        copies = rotation_copies(c, l2)
+        out = torch.empty_like(c.q)
+        res = {}
+        for (bn, warps, stages), sat in itertools.product(TILES, SATURATIONS):
+            cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
+            triton_splitk.SATURATION_PER_SM = sat
+            it = itertools.cycle(copies)
+
+            def fn():
+                return triton_splitk.decode_splitk(*next(it).args, 128**-0.5, out, None, config=cfg)
+
+            name = f"{bn}/{warps}/{stages}/s{sat}"
+            try:
+                err = max_err(fn()[0], ref)
+                assert err < 0.05, f"wrong: err {err}"
+                res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+            except Exception as e:  # noqa: BLE001 - a failing variant is reported, the probe goes on
+                print(f"{row.name()} {name} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+        triton_splitk.SATURATION_PER_SM = default_sat
+        if row.batch * row.num_kv_heads >= 256:
+            for bn, warps, stages in TILES[:5]:
+                cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
+                it = itertools.cycle(copies)
+                res[f"single {bn}/{warps}/{stages}"] = do_bench_cudagraph(
+                    lambda: decode_single(*next(it).args, 128**-0.5, out, None, config=cfg), rep=30,
+                    return_mode="median") * 1e3  # fmt: skip
+        log.write(json.dumps(dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()})) + "\n")
+        log.flush()
+        base = res.get("64/4/3/s4", float("nan"))
+        best = min(res.items(), key=lambda kv: kv[1])
+        line = f"{row.name():<16} base {base:>6.1f}  best {best[1]:>6.1f} ({best[0]})"
+        table.append(line)
+        print(line, flush=True)
+    print()
+    for line in table:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
