@@ -1,6 +1,7 @@
-"""Split-K overhead probe on the GPU: where the time of the planned path goes, and what PDL, a wider combine
-grid and the partial kernel's tile choice buy. Writes $OUT/probe.jsonl (one line per row x variant) and
-$OUT/profile.txt (per-kernel GPU time from torch.profiler); prints the best variant per row last.
+"""Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
+switches buys (here: the fused merge against the combine launch; earlier: PDL, combine shapes, split tiles).
+Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
+torch.profiler); prints the best variant per row last.
 
     python scripts/perf_probe.py            # all rows
 """
@@ -19,24 +20,17 @@ from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
 
 ROWS = [
-    Row([65536], 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([131072], 12, 2),
-    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([256] * 256, 12, 2), Row([131072] + [1024] * 63, 32, 8),
-    Row([65536], 12, 12), Row([131072], 12, 12), Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12),
-    Row([8192], 32, 32), Row([32768], 32, 32), Row([131072], 32, 32),
-    Row([32768], 8, 8), Row([32768], 12, 12), Row([32768], 16, 16), Row([32768], 24, 24),
-]
-BN64 = dict(BLOCK_N=64, num_stages=3)
-WIDE = (256, 4)
+    Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([256] * 256, 12, 2), Row([2048] * 8, 28, 4),
+    Row([131072] + [1024] * 63, 32, 8), Row([4096] * 16, 12, 12), Row([1024] * 64, 12, 12), Row([3064] * 64, 32, 8),
+    Row([16384] * 4, 12, 2), Row([65536], 12, 2),
+]  # fmt: skip
 # (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("base", dict(COMBINE_WIDE=None, SMALL_GROUP_SPLIT_TILE=None)),
-    ("wide", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=None)),
-    ("tile", dict(COMBINE_WIDE=None, SMALL_GROUP_SPLIT_TILE=BN64)),
-    ("all", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64)),
-    ("all-pdl", dict(COMBINE_WIDE=WIDE, SMALL_GROUP_SPLIT_TILE=BN64, PDL=False)),
+    ("fused", dict()),
+    ("separate", dict(FUSED_COMBINE=False)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
-            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM")}  # fmt: skip
+            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -93,7 +87,7 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("base", "all"):
+            if name in ("fused", "separate"):
                 profile_row(row, fn, prof_log)
         by = {r["variant"]: r["us"] for r in results}
         table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))

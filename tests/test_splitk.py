@@ -80,7 +80,10 @@ def test_chunk_plan_covers_every_token_within_the_grid():
             for b, n in enumerate(lens):
                 covered = [t for s, start, end in plan if s == b for t in range(start, end)]
                 assert covered == list(range(n))
-            assert all(start % 64 == 0 and end > start for _, start, end in plan)
+            assert all(start % 64 == 0 and (end > start or lens[b] == 0) for b, start, end in plan)
+            # every sequence has a chunk, an empty one exactly one empty chunk (its program writes out = 0)
+            assert sorted({b for b, _, _ in plan}) == list(range(len(lens)))
+            assert all((b, 0, 0) in plan and sum(1 for s, _, _ in plan if s == b) == 1 for b, n in enumerate(lens) if n == 0)
 
 
 def test_planner_choices():
@@ -207,3 +210,26 @@ def test_tuning_switches_keep_the_result(device, monkeypatch):
         decode_splitk(*c.args, 64**-0.5, out, lse, num_sms=4)
         assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
+@pytest.mark.parametrize("fused", [True, False], ids=["last-program-merges", "combine-launch"])
+def test_planned_merge_fused_or_launched(fused, device, monkeypatch):
+    """A planned cut merged either way matches the float64 reference: by the last chunk program of each (sequence,
+    head block) to finish (``merge_if_last``, when B * q_len * Hq >= #SMs) or by the combine launch. Ragged lengths
+    with an empty sequence, two query tokens, 80 rows per KV head (two head blocks), sinks and the LSE, NaN-filled
+    outputs; the combine launch happens exactly when the merge is not fused."""
+    from feature_helpers import check
+    from test_multitoken import multi_case
+
+    from flashdecode import triton_splitk
+
+    monkeypatch.setattr(triton_splitk, "FUSED_COMBINE", fused)
+    launched = []
+    real = triton_splitk.launch_combine
+    monkeypatch.setattr(triton_splitk, "launch_combine", lambda *a, **k: launched.append(1) or real(*a, **k))
+    args = multi_case([300, 0, 37, 130], 2, 40, 1, 64, 16, torch.float32, device, seed=61)
+    sinks = torch.linspace(-1.0, 2.0, 40, device=device)
+    out, lse = check(args, "triton_splitk", None, sinks=sinks)
+    assert len(launched) == (0 if fused else 1)
+    assert torch.equal(out[1].cpu(), torch.zeros_like(out[1].cpu()))
+    assert torch.allclose(lse[1].cpu(), sinks.cpu().expand(2, -1))

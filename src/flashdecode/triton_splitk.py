@@ -81,6 +81,10 @@ COMBINE_WIDE = (256, 4)
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement)
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
+# planned mode with B * q_len * Hq >= #SMs: the last chunk program of a sequence merges its chunks (merge_if_last)
+# instead of a combine launch; fewer pairs keep the separate, wide combine (one program merging a long sequence's
+# hundreds of chunks would be slow). False: always the separate combine (measurements)
+FUSED_COMBINE = True
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -110,27 +114,30 @@ def _chunk_layout(
     cand = BLOCK_N << offs_k
     # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate; ceil(L / 2^j) as a shift, not an integer division
     shift = (offs_k + LOG2_BLOCK_N)[:, None]
-    count = tl.sum((lens[None, :] + (cand[:, None] - 1)) >> shift, axis=1).to(tl.int64)
+    # every sequence gets at least one chunk: an empty one's single empty chunk writes out = 0, lse = -inf itself
+    per_seq = tl.where(offs_b < batch, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
+    count = tl.sum(per_seq, axis=1).to(tl.int64)
     per_sm = tl.cdiv(count * num_kv_heads, num_sms)
     cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
     chunk = BLOCK_N << k_best.to(tl.int32)
-    n = (lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N)
+    n = tl.where(offs_b < batch, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
     return chunk, n, tl.cumsum(n, axis=0), offs_b
 
 
 @triton.jit
 def _plan_kernel(
-    SEQLENS, PLAN, batch, num_kv_heads, num_sms, max_chunks, stride_sl, window,
+    SEQLENS, PLAN, COUNTERS, num_counters, batch, num_kv_heads, num_sms, max_chunks, stride_sl, window,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
     Q_LEN: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
-    sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Grid: chunk slots / BLOCK_I."""
+    sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Also zeroes the num_counters int32
+    COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I."""
     let_next_start(USE_PDL)
     chunk, n, incl, offs_b = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks, window,
@@ -153,6 +160,9 @@ def _plan_kernel(
         mask_b = offs_b < batch
         tl.store(PLAN + max_chunks + offs_b, incl - n, mask=mask_b)
         tl.store(PLAN + stride + max_chunks + offs_b, n, mask=mask_b)
+        for c0 in range(0, num_counters, 1024):
+            offs_c = c0 + tl.arange(0, 1024)
+            tl.store(COUNTERS + offs_c, tl.zeros([1024], tl.int32), mask=offs_c < num_counters)
 
 
 @triton.jit
@@ -232,6 +242,56 @@ def store_chunk(
 
 
 @triton.jit
+def merge_if_last(
+    O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq, kv_head, head_block, batch, max_chunks,
+    stride_ob, stride_ot, stride_oh, num_q_heads,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr,
+):  # fmt: skip
+    """The fused combine (planned mode): after a chunk program has stored its partial rows, the last of its
+    sequence's chunk programs (for this KV head and head block) to arrive merges all of them into OUT / LSE, so no
+    combine launch is needed. Publishing: every thread's stores, a CTA barrier, then one acq_rel atomic increment at
+    GPU scope of the (sequence, head block) counter the planner zeroed; the program that finds count - 1 earlier
+    arrivals has acquired every partial and reads them from L2 (.cg), in chunk order (the result does not depend on
+    the arrival order)."""
+    tl.debug_barrier()
+    stride = max_chunks + batch
+    first = tl.load(PLAN + max_chunks + seq)
+    count = tl.load(PLAN + stride + max_chunks + seq)
+    arrived = tl.atomic_add(COUNTERS + seq * tl.num_programs(1) + tl.program_id(1), 1, sem="acq_rel", scope="gpu")
+    if arrived == count - 1:
+        row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+        offs_d = tl.arange(0, BLOCK_D)
+        # the combine's online softmax over chunk LSEs (natural log), [BLOCK_H] rows at once
+        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_H], tl.float32)
+        acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+        # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
+        in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
+        for c in range(first, first + count):
+            rows = c * (Q_LEN * num_q_heads) + in_chunk
+            lse_c = tl.load(LSE_PART + rows, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
+            # [BLOCK_H, BLOCK_D]
+            o_c = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_h[:, None], other=0.0,
+                          cache_modifier=".cg")  # fmt: skip
+            m_new = tl.maximum(m_i, lse_c)
+            # padding rows stay -inf: measure them from 0 so exp(-inf - 0) = 0, not NaN
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_i - m_ref)
+            w = tl.exp(lse_c - m_ref)
+            acc = acc * alpha[:, None] + w[:, None] * o_c
+            l_i = l_i * alpha + w
+            m_i = m_new
+        empty = l_i == 0.0
+        out = acc / tl.where(empty, 1.0, l_i)[:, None]
+        lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
+        store_group(
+            OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
+        )  # fmt: skip
+
+
+@triton.jit
 def _partial_kernel(
     Q,
     K,
@@ -239,6 +299,7 @@ def _partial_kernel(
     SEQLENS,
     BLOCK_TABLE,
     PLAN,
+    COUNTERS,
     O_PART,
     LSE_PART,
     OUT,
@@ -288,6 +349,7 @@ def _partial_kernel(
     KV_FP8: tl.constexpr,
     SCALE_PTR: tl.constexpr,
     USE_PDL: tl.constexpr,
+    FUSED: tl.constexpr,
 ):
     chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS
@@ -315,6 +377,12 @@ def _partial_kernel(
         stride_ob, stride_ot, stride_oh, num_q_heads,
         GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
+    if FUSED and not single:
+        merge_if_last(
+            O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq, kv_head, head_block, batch, max_chunks,
+            stride_ob, stride_ot, stride_oh, num_q_heads,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -441,28 +509,33 @@ def chunk_plan(
     best = None
     for k in range(num_cand):
         cand = block_n << k
-        count = sum(cdiv(n, cand) for n in visible)
+        count = sum(max(cdiv(n, cand), 1) for n in visible)
         per_sm = cdiv(count * num_kv_heads, num_sms)
         cost = max(per_sm, saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
     chunk = best[1]
-    return [(b, s, min(s + chunk, n)) for b, (n, f) in enumerate(zip(seqlens, firsts)) for s in range(f, n, chunk)]
+    # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf)
+    starts = [range(f, n, chunk) if n > f else [f] for n, f in zip(seqlens, firsts)]
+    return [(b, s, min(s + chunk, n)) for b, (n, ss) in enumerate(zip(seqlens, starts)) for s in ss]
 
 
 def launch_plan(
-    cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None
-):
+    cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
+    counters=None,
+):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
-    saturation programs per SM wanted. pdl: let the next kernel launch while this one runs."""
+    saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
+    combine's int32 arrival counters, zeroed by the planner (None: not fused)."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
     block_i = 64
     _plan_kernel[(cdiv(max_chunks, block_i),)](
-        cache_seqlens, plan, batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
+        cache_seqlens, plan, plan if counters is None else counters, 0 if counters is None else counters.numel(),
+        batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
         int(features.window_left if features.window_left is not None else 0),
         BLOCK_B=next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
@@ -546,16 +619,21 @@ def decode_splitk(
     fargs = features.kernel_args(cache_seqlens)
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
     pdl = use_pdl(q.device)
+    # fused combine: enough (sequence, row) pairs that the separate combine would not be few long merges
+    fused = FUSED_COMBINE and not fixed and batch * q_len * num_q_heads >= num_sms
+    counters = torch.empty(batch * num_kv_heads * head_blocks, dtype=torch.int32, device=q.device) if fused else None
     if fixed:
         plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     else:
         plan = launch_plan(
-            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl, features
-        )
+            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl, features,
+            counters,
+        )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
     _partial_kernel[(chunks, num_kv_heads * head_blocks)](
-        q4, k_cache, v_cache, cache_seqlens, block_table, plan, o_part, lse_part, out4, lse_arg,
+        q4, k_cache, v_cache, cache_seqlens, block_table, plan, plan if counters is None else counters, o_part,
+        lse_part, out4, lse_arg,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch, max_chunks=chunks,
         stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
         stride_kp=k_cache.stride(0), stride_kt=k_cache.stride(1), stride_kh=k_cache.stride(2),
@@ -563,13 +641,14 @@ def decode_splitk(
         stride_sl=cache_seqlens.stride(0), stride_btb=block_table.stride(0), stride_btp=block_table.stride(1),
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl, FUSED=fused,
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
     )  # fmt: skip
-    launch_combine(
-        o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
-        pdl=pdl, num_sms=num_sms,
-    )  # fmt: skip
+    if not fused:
+        launch_combine(
+            o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
+            pdl=pdl, num_sms=num_sms,
+        )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
     return out, lse
