@@ -47,7 +47,7 @@ def compile_sm90(kernel, consts):
 FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=True, KV_FP8=KV != "*bf16")
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
-            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED=False)
+            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4)
 for window in (False, True):
     for q_len in (1, 4):
         ptx = compile_sm90(triton_splitk._plan_kernel, dict(
@@ -59,7 +59,7 @@ for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_T
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
 # the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2
-for extra in (dict(NUM_SPLITS=0, FUSED=True), dict(NUM_SPLITS=0, FUSED=True, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES)):
+for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx, extra
 for extra in ({}, dict(Q_LEN=4, **FEATURES)):
@@ -67,7 +67,7 @@ for extra in ({}, dict(Q_LEN=4, **FEATURES)):
 for sinks in (False, True):
     ptx = compile_sm90(triton_splitk._combine_kernel, dict(
         NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, HAS_SINKS=sinks,
-        USE_PDL=True)).asm["ptx"]
+        USE_PDL=True, MERGED_MAX=64)).asm["ptx"]
     assert "griddepcontrol.wait" in ptx
 print("compiled")
 """

@@ -212,24 +212,33 @@ def test_tuning_switches_keep_the_result(device, monkeypatch):
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["last-program-merges", "combine-launch"])
-def test_planned_merge_fused_or_launched(fused, device, monkeypatch):
-    """A planned cut merged either way matches the float64 reference: by the last chunk program of each (sequence,
-    head block) to finish (``merge_if_last``, when B * q_len * Hq >= #SMs) or by the combine launch. Ragged lengths
-    with an empty sequence, two query tokens, 80 rows per KV head (two head blocks), sinks and the LSE, NaN-filled
-    outputs; the combine launch happens exactly when the merge is not fused."""
+@pytest.mark.parametrize(
+    "fused,fused_max,launches",
+    [(True, 64, 0), (True, 3, 1), (False, 64, 1)],
+    ids=["last-program-merges", "both-ways", "combine-launch"],
+)
+def test_planned_merge_fused_or_launched(fused, fused_max, launches, device, monkeypatch):
+    """A planned cut merged every way matches the float64 reference: by the last chunk program of each (sequence,
+    head block) to finish (``merge_if_last``, when B * q_len * Hq >= #SMs, for sequences of at most
+    FUSED_MAX_CHUNKS chunks), by the combine launch, or both in one call (at most 3 chunks fused: the 130-token
+    sequence's 3 chunks merge in the partial kernel, the 300-token one's 5 in the combine). Ragged lengths with an
+    empty sequence, two query tokens, 80 rows per KV head (two head blocks), sinks and the LSE, NaN-filled outputs.
+    The combine is launched exactly when the table could hold a sequence the fused merge leaves to it."""
     from feature_helpers import check
     from test_multitoken import multi_case
 
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "FUSED_COMBINE", fused)
+    monkeypatch.setattr(triton_splitk, "FUSED_MAX_CHUNKS", fused_max)
     launched = []
     real = triton_splitk.launch_combine
     monkeypatch.setattr(triton_splitk, "launch_combine", lambda *a, **k: launched.append(1) or real(*a, **k))
     args = multi_case([300, 0, 37, 130], 2, 40, 1, 64, 16, torch.float32, device, seed=61)
+    plan = chunk_plan([300, 0, 37, 130], 1, 16, grid_chunks(4, 1, 16), 64, num_candidates(args[4].shape[1] * 16, 64))
+    assert [sum(1 for b, _, _ in plan if b == s) for s in range(4)] == [5, 1, 1, 3]
     sinks = torch.linspace(-1.0, 2.0, 40, device=device)
     out, lse = check(args, "triton_splitk", None, sinks=sinks)
-    assert len(launched) == (0 if fused else 1)
+    assert len(launched) == launches
     assert torch.equal(out[1].cpu(), torch.zeros_like(out[1].cpu()))
     assert torch.allclose(lse[1].cpu(), sinks.cpu().expand(2, -1))

@@ -81,10 +81,14 @@ COMBINE_WIDE = (256, 4)
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement)
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
-# planned mode with B * q_len * Hq >= #SMs: the last chunk program of a sequence merges its chunks (merge_if_last)
-# instead of a combine launch; fewer pairs keep the separate, wide combine (one program merging a long sequence's
-# hundreds of chunks would be slow). False: always the separate combine (measurements)
+# planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
+# program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
+# only those. Fewer (sequence, row) pairs keep the separate, wide combine. H200 (probe dbeb3c5, serial merge):
+# 64 x 1024 12/2 32.7 -> 26.8 us, 256 x 256 12/2 32.0 -> 28.4 us. False: always the combine launch (measurements)
 FUSED_COMBINE = True
+FUSED_MAX_CHUNKS = 64
+# chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk)
+MERGE_UNROLL = 4
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -246,49 +250,55 @@ def merge_if_last(
     O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq, kv_head, head_block, batch, max_chunks,
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr,
+    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):  # fmt: skip
     """The fused combine (planned mode): after a chunk program has stored its partial rows, the last of its
-    sequence's chunk programs (for this KV head and head block) to arrive merges all of them into OUT / LSE, so no
-    combine launch is needed. Publishing: every thread's stores, a CTA barrier, then one acq_rel atomic increment at
-    GPU scope of the (sequence, head block) counter the planner zeroed; the program that finds count - 1 earlier
-    arrivals has acquired every partial and reads them from L2 (.cg), in chunk order (the result does not depend on
-    the arrival order)."""
-    tl.debug_barrier()
+    sequence's chunk programs (for this KV head and head block) to arrive merges all of them into OUT / LSE, if the
+    sequence has at most FUSED_MAX chunks (longer ones are left to _combine_kernel). Publishing: every thread's
+    stores, a CTA barrier, then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter the
+    planner zeroed; the program that finds count - 1 earlier arrivals has acquired every partial and reads them from
+    L2 (.cg), in chunk order, UNROLL chunks per step (the result does not depend on the arrival order)."""
     stride = max_chunks + batch
     first = tl.load(PLAN + max_chunks + seq)
     count = tl.load(PLAN + stride + max_chunks + seq)
-    arrived = tl.atomic_add(COUNTERS + seq * tl.num_programs(1) + tl.program_id(1), 1, sem="acq_rel", scope="gpu")
-    if arrived == count - 1:
-        row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
-        offs_d = tl.arange(0, BLOCK_D)
-        # the combine's online softmax over chunk LSEs (natural log), [BLOCK_H] rows at once
-        m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_H], tl.float32)
-        acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-        # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
-        in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
-        for c in range(first, first + count):
-            rows = c * (Q_LEN * num_q_heads) + in_chunk
-            lse_c = tl.load(LSE_PART + rows, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
-            # [BLOCK_H, BLOCK_D]
-            o_c = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_h[:, None], other=0.0,
-                          cache_modifier=".cg")  # fmt: skip
-            m_new = tl.maximum(m_i, lse_c)
-            # padding rows stay -inf: measure them from 0 so exp(-inf - 0) = 0, not NaN
-            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_ref)
-            w = tl.exp(lse_c - m_ref)
-            acc = acc * alpha[:, None] + w[:, None] * o_c
-            l_i = l_i * alpha + w
-            m_i = m_new
-        empty = l_i == 0.0
-        out = acc / tl.where(empty, 1.0, l_i)[:, None]
-        lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
-        store_group(
-            OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
-            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
-        )  # fmt: skip
+    if count <= FUSED_MAX:
+        tl.debug_barrier()
+        slot = seq * tl.num_programs(1) + tl.program_id(1)
+        arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == count - 1:
+            row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+            offs_d = tl.arange(0, BLOCK_D)
+            # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
+            in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
+            # the combine's online softmax over chunk LSEs (natural log), [BLOCK_H] rows at once
+            m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_H], tl.float32)
+            acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+            end = first + count
+            for c0 in range(first, end, UNROLL):
+                for j in tl.static_range(UNROLL):
+                    mask_c = mask_h & (c0 + j < end)
+                    rows = (c0 + j) * (Q_LEN * num_q_heads) + in_chunk
+                    lse_c = tl.load(LSE_PART + rows, mask=mask_c, other=float("-inf"), cache_modifier=".cg")
+                    # [BLOCK_H, BLOCK_D]
+                    o_c = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_c[:, None],
+                                  other=0.0, cache_modifier=".cg")  # fmt: skip
+                    m_new = tl.maximum(m_i, lse_c)
+                    # padding rows (and chunks past the end) stay -inf: measure from 0 so exp(-inf - 0) = 0
+                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.exp(m_i - m_ref)
+                    w = tl.exp(lse_c - m_ref)
+                    acc = acc * alpha[:, None] + w[:, None] * o_c
+                    l_i = l_i * alpha + w
+                    m_i = m_new
+            empty = l_i == 0.0
+            out = acc / tl.where(empty, 1.0, l_i)[:, None]
+            lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
+            store_group(
+                OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
+                GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
+            )  # fmt: skip
 
 
 @triton.jit
@@ -349,7 +359,8 @@ def _partial_kernel(
     KV_FP8: tl.constexpr,
     SCALE_PTR: tl.constexpr,
     USE_PDL: tl.constexpr,
-    FUSED: tl.constexpr,
+    FUSED_MAX: tl.constexpr,
+    MERGE_UNROLL: tl.constexpr,
 ):
     chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS
@@ -377,11 +388,11 @@ def _partial_kernel(
         stride_ob, stride_ot, stride_oh, num_q_heads,
         GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
-    if FUSED and not single:
+    if FUSED_MAX > 0 and not single:
         merge_if_last(
             O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq, kv_head, head_block, batch, max_chunks,
             stride_ob, stride_ot, stride_oh, num_q_heads,
-            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL,
         )  # fmt: skip
 
 
@@ -407,6 +418,7 @@ def _combine_kernel(
     WRITE_LSE: tl.constexpr,
     HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
+    MERGED_MAX: tl.constexpr,
 ):
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
     row = tl.program_id(0)
@@ -421,8 +433,8 @@ def _combine_kernel(
     else:
         first = tl.load(PLAN + max_chunks + seq)
         count = tl.load(PLAN + max_chunks + batch + max_chunks + seq)
-        if count == 1:
-            # written by its partial program
+        if count <= MERGED_MAX:
+            # written by its partial program (one chunk, or merged there: merge_if_last)
             return
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = d0 + tl.arange(0, BLOCK_DC)
@@ -546,14 +558,15 @@ def launch_plan(
 
 def launch_combine(
     o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None,
+    num_sms=None, merged_max=1,
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
     planned mode (plan from ``launch_plan``, max_chunks slots), S for fixed splits. sinks: [Hq] fp32 or None.
     deterministic: blocks of COMBINE_BLOCK_S chunks always, so the summation tree does not depend on S. pdl:
     launched with programmatic dependent launch. num_sms: lets a call with few (sequence, row) pairs use the
-    COMBINE_WIDE blocks."""
+    COMBINE_WIDE blocks. merged_max (planned mode): sequences of at most this many chunks were written by their
+    partial programs (1: single-chunk ones; FUSED_MAX_CHUNKS with the fused merge) and are skipped."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -568,7 +581,7 @@ def launch_combine(
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
-        USE_PDL=pdl, **({"launch_pdl": True} if pdl else {}),
+        USE_PDL=pdl, MERGED_MAX=merged_max, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 
@@ -619,8 +632,10 @@ def decode_splitk(
     fargs = features.kernel_args(cache_seqlens)
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
     pdl = use_pdl(q.device)
-    # fused combine: enough (sequence, row) pairs that the separate combine would not be few long merges
+    # fused merge: enough (sequence, row) pairs that the separate combine would not be a few long merges; the combine
+    # still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the table cannot hold one
     fused = FUSED_COMBINE and not fixed and batch * q_len * num_q_heads >= num_sms
+    combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
     counters = torch.empty(batch * num_kv_heads * head_blocks, dtype=torch.int32, device=q.device) if fused else None
     if fixed:
         plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
@@ -641,13 +656,14 @@ def decode_splitk(
         stride_sl=cache_seqlens.stride(0), stride_btb=block_table.stride(0), stride_btp=block_table.stride(1),
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl, FUSED=fused,
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
+        FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
     )  # fmt: skip
-    if not fused:
+    if combine:
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
-            pdl=pdl, num_sms=num_sms,
+            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
