@@ -22,15 +22,19 @@ from flashdecode.reference import reference_dense
 ROWS = [
     Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([256] * 256, 12, 2), Row([2048] * 8, 28, 4),
     Row([131072] + [1024] * 63, 32, 8), Row([4096] * 16, 12, 12), Row([1024] * 64, 12, 12), Row([3064] * 64, 32, 8),
-    Row([16384] * 4, 12, 2), Row([65536], 12, 2),
+    Row([16384] * 4, 12, 2), Row([65536], 12, 2), Row([2048], 28, 4), Row([65536], 12, 12), Row([8192], 32, 32),
 ]  # fmt: skip
 # (name, module attributes to set); the first is the baseline
 VARIANTS = [
     ("fused", dict()),
     ("separate", dict(FUSED_COMBINE=False)),
+    ("fused-r96", dict(PARTIAL_MAXNREG=96)),
+    ("separate-r96", dict(FUSED_COMBINE=False, PARTIAL_MAXNREG=96)),
+    ("fused-r128-u4", dict(PARTIAL_MAXNREG=128, MERGE_UNROLL=4)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
-            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE")}  # fmt: skip
+            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
+             "PARTIAL_MAXNREG")}  # fmt: skip
 
 
 def set_variant(attrs):

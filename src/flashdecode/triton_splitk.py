@@ -87,8 +87,12 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # 64 x 1024 12/2 32.7 -> 26.8 us, 256 x 256 12/2 32.0 -> 28.4 us. False: always the combine launch (measurements)
 FUSED_COMBINE = True
 FUSED_MAX_CHUNKS = 64
-# chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk)
-MERGE_UNROLL = 4
+# chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
+# partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
+# 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
+MERGE_UNROLL = 2
+# ptxas register cap for the partial kernel (None: the compiler's choice); a probe knob, see docs/design.md
+PARTIAL_MAXNREG = None
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -659,6 +663,7 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
         FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
+        **({"maxnreg": PARTIAL_MAXNREG} if PARTIAL_MAXNREG and q.is_cuda else {}),
     )  # fmt: skip
     if combine:
         launch_combine(
