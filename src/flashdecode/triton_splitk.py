@@ -91,8 +91,9 @@ FUSED_MAX_CHUNKS = 64
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
 MERGE_UNROLL = 2
-# ptxas register cap for the partial kernel (None: the compiler's choice); a probe knob, see docs/design.md
-PARTIAL_MAXNREG = None
+# planner: chunk slots per program and warps (probe knobs; scripts/plan_probe.py)
+PLAN_BLOCK_I = 64
+PLAN_WARPS = 4
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -548,14 +549,14 @@ def launch_plan(
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
-    block_i = 64
+    block_i = PLAN_BLOCK_I
     _plan_kernel[(cdiv(max_chunks, block_i),)](
         cache_seqlens, plan, plan if counters is None else counters, 0 if counters is None else counters.numel(),
         batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
         int(features.window_left if features.window_left is not None else 0),
         BLOCK_B=next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
-        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl,
+        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=PLAN_WARPS,
     )  # fmt: skip
     return plan
 
@@ -663,7 +664,6 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
         FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
-        **({"maxnreg": PARTIAL_MAXNREG} if PARTIAL_MAXNREG and q.is_cuda else {}),
     )  # fmt: skip
     if combine:
         launch_combine(
