@@ -220,6 +220,21 @@ def test_out_overlapping_an_input_is_refused(device, no_launch):
         decode_attention(*c.args, out=pages)
 
 
+def test_out_overlap_is_checked_on_every_call(device, monkeypatch):
+    """The metadata checks are skipped for metadata already validated (api._validate memoises them); the address
+    check is not: the same shapes, strides and dtypes with an out that now overlaps an input are refused."""
+    for name in list(api._BACKEND_FNS):
+        monkeypatch.setitem(api._BACKEND_FNS, name, lambda *a: None)
+    c = case([5, 20], 8, 2, 64, 16, torch.float16, device)
+    pages = c.k_cache.view(-1)[: c.q.numel()].view(c.q.shape)
+    separate = torch.empty_strided(pages.shape, pages.stride(), dtype=pages.dtype, device=device)
+    for _ in range(2):
+        decode_attention(*c.args, out=separate)
+        with pytest.raises(ValueError, match="out must not share memory with k_cache"):
+            decode_attention(*c.args, out=pages)
+        decode_attention(*c.args, out=c.q)
+
+
 def test_out_on_another_device_is_refused(device, no_launch):
     c = case([5, 20], 8, 2, 64, 16, torch.float16, device)
     with pytest.raises(ValueError, match="out must be on q's device"):

@@ -72,3 +72,19 @@ def test_dense_cache_matches_paged_bitwise_when_pages_are_whole(backend, device)
     v = torch.stack([gather_sequence(c.v_cache, c.block_table[b], 64) for b in range(3)])
     dense = decode_attention(c.q, k, v, c.cache_seqlens, None, backend=backend)
     assert torch.equal(dense, decode_attention(*c.args, backend=backend))
+
+
+# (shape, storage order of its dims): q / out of any strides, [B, Hq, D] and [B, q_len, Hq, D]
+ROW_LAYOUTS = [((3, 8, 64), (0, 1, 2)), ((3, 8, 64), (1, 0, 2)), ((3, 2, 8, 64), (0, 1, 2, 3)),
+               ((3, 1, 8, 64), (2, 1, 0, 3)), ((1, 1, 64), (0, 1, 2))]  # fmt: skip
+
+
+@pytest.mark.parametrize("shape, order", ROW_LAYOUTS)
+def test_row_strides_are_the_views(shape, order):
+    """The single-pass launcher's strides of q / out as [B, q_len, Hq, D] are those of the view it no longer
+    builds (so the kernel is specialised as before)."""
+    from flashdecode.triton_single import as_rows, row_strides
+
+    t = torch.empty([shape[d] for d in order]).permute(*[order.index(i) for i in range(len(order))])
+    assert t.shape == shape
+    assert row_strides(t) == as_rows(t).stride()[:3]

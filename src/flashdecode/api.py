@@ -134,13 +134,14 @@ def decode_attention(
         validation.check_values(
             cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], allow_shared_pages=allow_shared_pages
         )
-    batch, head_dim = q.shape[0], q.shape[-1]
+    q_shape = q.shape
+    batch, head_dim = q_shape[0], q_shape[-1]
     if out is None:
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
+        out = torch.empty(q_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q_shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
     if batch > 0:
         # [B, 1, Hq, D] -> [B, Hq, D] views: no copy, strides kept
-        one = q.dim() == 4 and q.shape[1] == 1
+        one = len(q_shape) == 4 and q_shape[1] == 1
         q_in, out_in = (q[:, 0], out[:, 0]) if one else (q, out)
         lse_in = lse[:, 0] if one and lse is not None else lse
         scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
@@ -153,9 +154,11 @@ def decode_attention(
     return (out, lse) if return_lse else out
 
 
+@functools.cache
 def _kernels():
     """The Triton modules, imported on first use: decorating a kernel reads TRITON_INTERPRET, so importing
-    flashdecode stays free of work and a caller may still set the variable after ``import flashdecode``."""
+    flashdecode stays free of work and a caller may still set the variable after ``import flashdecode``. Cached:
+    a ``from . import`` costs ~3 us a call and a decode call asks several times."""
     from . import triton_common, triton_single, triton_splitk
 
     return triton_common, triton_single, triton_splitk
@@ -297,11 +300,86 @@ def _as_paged(q, k_cache, v_cache, block_table, kv_layout):
     return k_cache, v_cache, block_table
 
 
+# argument metadata that passed ``_check_meta`` -> what the per-call overlap check needs of it: a repeated call
+# (same types, shapes, strides, dtypes, devices, layout) skips the checks that read only these, which were most of
+# an eager call's host time (docs/design.md). Bounded: cleared when full
+_CHECKED_META: dict = {}
+_CHECKED_META_MAX = 256
+_INPUT_NAMES = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table")
+
+
 def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="NHD", dense=False):
     """Raise TypeError / ValueError naming the argument, the expected and the actual value.
 
     Takes the caches after ``_as_paged`` (NHD views), so shapes are read in one order; messages name the
-    caller's layout (``dense``: block_table was None)."""
+    caller's layout (``dense``: block_table was None). The metadata checks run once per distinct metadata key;
+    whether out shares memory with an input depends on addresses, so it is checked on every call."""
+    inputs = (q, k_cache, v_cache, cache_seqlens, block_table)
+    key = _meta_key(inputs, out, kv_layout, dense)
+    spans = _CHECKED_META.get(key) if key is not None else None
+    if spans is None:
+        _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense)
+        # byte extent of each tensor from its first element (0: empty) and whether out has q's strides
+        extents = tuple(_extent(t) for t in inputs)
+        spans = extents, ((_extent(out), out.stride() == q.stride()) if out is not None else None)
+        if key is not None:
+            if len(_CHECKED_META) >= _CHECKED_META_MAX:
+                _CHECKED_META.clear()
+            _CHECKED_META[key] = spans
+    if out is not None:
+        _check_out_overlap(inputs, out, *spans)
+
+
+def _meta_key(inputs, out, kv_layout, dense):
+    """Everything ``_check_meta`` reads, as a hashable key; None when an argument is not a tensor (the checks then
+    run and name it). The type is part of the key so that only objects that once passed as tensors hit."""
+    for t in inputs:
+        if not isinstance(t, torch.Tensor):
+            return None
+    if out is not None and not isinstance(out, torch.Tensor):
+        return None
+    q, k, v, lens, table = inputs
+    return (
+        kv_layout, dense,
+        type(q), q.shape, q.stride(), q.dtype, q.device,
+        type(k), k.shape, k.stride(), k.dtype, k.device,
+        type(v), v.shape, v.stride(), v.dtype, v.device,
+        type(lens), lens.shape, lens.stride(), lens.dtype, lens.device,
+        type(table), table.shape, table.stride(), table.dtype, table.device,
+        None if out is None else (type(out), out.shape, out.stride(), out.dtype, out.device),
+    )  # fmt: skip
+
+
+def _extent(t: torch.Tensor) -> int:
+    """Bytes from t's first element to the end of its last one; 0 for an empty tensor."""
+    if t.numel() == 0:
+        return 0
+    return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def _check_out_overlap(inputs, out, extents, out_span):
+    """out may be q itself (each program reads its q rows before writing the same out rows), nothing else that
+    shares memory with an input: compared by address range, so a view interleaved with q is refused too.
+
+    ``extents`` / ``out_span`` come from the metadata (``_validate``); the addresses are read here, every call."""
+    out_extent, same_strides = out_span
+    if out_extent == 0:
+        return
+    out0 = out.data_ptr()
+    same_as_q = same_strides and out0 == inputs[0].data_ptr()
+    for i, (t, extent) in enumerate(zip(inputs, extents)):
+        start = t.data_ptr()
+        # address ranges intersect and the same allocation (a separate one is never an overlap)
+        if extent and start < out0 + out_extent and out0 < start + extent and not (i == 0 and same_as_q):
+            if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+                raise ValueError(
+                    f"out must not share memory with {_INPUT_NAMES[i]} (only out=q, the same view, is allowed); "
+                    "pass a separate buffer"
+                )
+
+
+def _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense):
+    """``_validate``'s checks of types, ranks, dtypes, devices, shapes and strides (no addresses)."""
     named = dict(q=q, k_cache=k_cache, v_cache=v_cache, cache_seqlens=cache_seqlens, block_table=block_table)
     if out is not None:
         named["out"] = out
@@ -378,33 +456,6 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
         if t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
 
-    # out may be q itself (each program reads its q rows before writing the same out rows), nothing else that
-    # shares memory with an input: compared by address range, so a view interleaved with q is refused too
-    if out is not None:
-        same_as_q = out.data_ptr() == q.data_ptr() and out.stride() == q.stride()
-        for name, t in named.items():
-            if name != "out" and not (name == "q" and same_as_q) and _byte_ranges_overlap(out, t):
-                raise ValueError(
-                    f"out must not share memory with {name} (only out=q, the same view, is allowed); "
-                    "pass a separate buffer"
-                )
-
-
-def _byte_ranges_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the address ranges [first byte, last byte] of two tensors on one device intersect."""
-    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
-        return False
-    # the common case, separate allocations, without walking shapes and strides (host time per call matters)
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-
-    def span(t):
-        last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) * t.element_size()
-        return t.data_ptr(), t.data_ptr() + last + t.element_size()
-
-    (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
-
 
 def _feature_names(f) -> list[str]:
     """The model features a call uses, by argument name."""
@@ -415,7 +466,29 @@ def _feature_names(f) -> list[str]:
 def _validate_features(q, k_cache, backend, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale):
     """Check the model-feature arguments (TypeError / ValueError naming them) and bundle them as
     ``triton_common.Features`` (imported lazily: it lives with the kernels, whose import reads TRITON_INTERPRET)."""
+    q_len = q.shape[1] if q.dim() == 4 else 1
+    if all(x is None for x in (softcap, alibi_slopes, sinks, window_left, k_scale, v_scale)):
+        # the common call: no feature argument to check, one shared (frozen) Features per (q_len, fp8)
+        features, used = _plain_features(q_len, k_cache.dtype in _FP8_DTYPES)
+    else:
+        features = _checked_features(q, k_cache, q_len, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale)
+        used = _feature_names(features)
+    if used and backend not in FEATURE_BACKENDS:
+        raise ValueError(f"backend {backend!r} does not support {', '.join(used)}; use one of {FEATURE_BACKENDS}")
+    return features
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_features(q_len: int, kv_fp8: bool):
+    """(Features, the features it uses) of a call that passes no feature argument."""
+    features = _kernels()[0].Features(q_len=q_len, kv_fp8=kv_fp8)
+    return features, _feature_names(features)
+
+
+def _checked_features(q, k_cache, q_len, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale):
+    """``_validate_features`` for a call that passes feature arguments: check them, bundle them as Features."""
     num_q_heads = q.shape[-2]
+    fp8 = k_cache.dtype in _FP8_DTYPES
     if softcap is not None:
         if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
             raise TypeError(f"softcap must be None or a float, got {type(softcap).__name__}")
@@ -439,7 +512,6 @@ def _validate_features(q, k_cache, backend, softcap, alibi_slopes, sinks, window
             raise ValueError(f"{name} must be contiguous [Hq] = [{num_q_heads}], got shape {tuple(t.shape)}")
         if t.device != q.device:
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
-    fp8 = k_cache.dtype in _FP8_DTYPES
     scales = {}
     for name, x in (("k_scale", k_scale), ("v_scale", v_scale)):
         if x is None:
@@ -465,14 +537,7 @@ def _validate_features(q, k_cache, backend, softcap, alibi_slopes, sinks, window
             scales[name] = torch.ones((), dtype=torch.float32, device=q.device) if as_tensor else 1.0
         elif as_tensor and not isinstance(scales[name], torch.Tensor):
             scales[name] = torch.full((), float(scales[name]), dtype=torch.float32, device=q.device)
-    q_len = q.shape[1] if q.dim() == 4 else 1
-    group = num_q_heads // k_cache.shape[2]
-    common = _kernels()[0]
-    features = common.Features(
+    return _kernels()[0].Features(
         softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, window_left=window_left, q_len=q_len,
         kv_fp8=fp8, k_scale=scales["k_scale"], v_scale=scales["v_scale"],
     )  # fmt: skip
-    used = _feature_names(features)
-    if used and backend not in FEATURE_BACKENDS:
-        raise ValueError(f"backend {backend!r} does not support {', '.join(used)}; use one of {FEATURE_BACKENDS}")
-    return features

@@ -1,0 +1,90 @@
+"""Host (Python) time per eager decode_attention call, measured on any CPU with the Triton launches stubbed out.
+
+The GPU-side counterpart is scripts/host_overhead.py (real launches, the GPU host). This one isolates flashdecode's
+own per-call work (validation, backend choice, features, launch arguments, output and workspace allocation): every
+kernel object is replaced by a stub whose ``kernel[grid](*args, **kwargs)`` takes the arguments and returns None,
+so Triton's argument binding (JITFunction.run) is not counted. Case: B=8, Hq=28, Hkv=4, D=128, page 16, bf16, CPU
+tensors (TRITON_INTERPRET=1 so the Triton backends accept them), out= given as in host_overhead.py.
+
+    python scripts/host_cpu.py [--calls 2000] [--profile]
+
+Measured on the dev CPU, launches stubbed (us per call, best of 7 rounds of 2000 calls; range over 4 runs
+alternating the two trees):
+    before (0757bc8):                              triton 30.3-34.0, triton_splitk 42.1-46.7
+    after (memoised metadata checks, shared plain
+    Features, strides without views):              triton 14.9-15.4, triton_splitk 30.7-34.3
+The planned path's remaining extra is triton_splitk.decode_splitk's own argument building (docs/design.md).
+"""
+
+import argparse
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+import cProfile  # noqa: E402
+import pstats  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from flashdecode import decode_attention, triton_single, triton_splitk  # noqa: E402
+from flashdecode.cases import random_paged_case  # noqa: E402
+
+
+class _StubKernel:
+    """Takes a launch like a Triton kernel does (``kernel[grid](*args, **kwargs)``) and does nothing."""
+
+    def __getitem__(self, grid):
+        return self._launch
+
+    @staticmethod
+    def _launch(*args, **kwargs):
+        return None
+
+
+def stub_launches():
+    for module, name in ((triton_single, "_decode_single_kernel"), (triton_splitk, "_plan_kernel"),
+                         (triton_splitk, "_partial_kernel"), (triton_splitk, "_combine_kernel")):  # fmt: skip
+        assert hasattr(module, name), f"{module.__name__}.{name} is gone: update the stub list"
+        setattr(module, name, _StubKernel())
+
+
+def per_call_us(backends, args, out, calls, rounds=7):
+    """Fastest round per backend, the backends taking turns round by round (a slow spell of the machine then hits
+    both, not one); other load on the machine only ever adds time."""
+    for backend in backends:
+        for _ in range(200):
+            decode_attention(*args, backend=backend, out=out)
+    best = dict.fromkeys(backends, float("inf"))
+    for _ in range(rounds):
+        for backend in backends:
+            t = time.perf_counter()
+            for _ in range(calls):
+                decode_attention(*args, backend=backend, out=out)
+            best[backend] = min(best[backend], (time.perf_counter() - t) / calls * 1e6)
+    return best
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile of each backend's calls")
+    opts = parser.parse_args()
+    stub_launches()
+    c = random_paged_case([128] * 8, 28, 4, 128, 16, torch.bfloat16, "cpu", spare_pages=0)
+    out = torch.empty_like(c.q)
+    backends = ("triton", "triton_splitk")
+    for backend, us in per_call_us(backends, c.args, out, opts.calls).items():
+        print(f"{backend}: {us:.1f} us host per call (launches stubbed, best of 7 x {opts.calls} calls)")
+    for backend in backends if opts.profile else ():
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(opts.calls):
+            decode_attention(*c.args, backend=backend, out=out)
+        prof.disable()
+        print(f"{backend}, {opts.calls} calls:")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()
