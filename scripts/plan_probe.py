@@ -1,5 +1,5 @@
 """The planner kernel alone on the GPU: CUDA-graph µs of launch_plan for batches of 1-512 sequences, over chunk
-slots per program (PLAN_BLOCK_I) and warps (PLAN_WARPS). Writes $OUT/plan.jsonl, prints a table last."""
+slots per program and warps (``triton_splitk.planner_shape``). Writes $OUT/plan.jsonl, prints a table last."""
 
 import itertools
 import json
@@ -20,6 +20,7 @@ def main():
     log = open(os.path.join(os.environ.get("OUT", "."), "plan.jsonl"), "w")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     lines = []
+    rule = sk.planner_shape
     for lens, hkv in BATCHES:
         seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
         slots = sk.grid_chunks(len(lens), hkv, sms)
@@ -27,7 +28,7 @@ def main():
         ref = None
         res = {}
         for block_i, warps in VARIANTS:
-            sk.PLAN_BLOCK_I, sk.PLAN_WARPS = block_i, warps
+            sk.planner_shape = lambda block_b, shape=(block_i, warps): shape
 
             def fn():
                 return sk.launch_plan(seqlens, hkv, sms, slots, 64, num_cand, sk.SATURATION_PER_SM, False, Features())
@@ -43,7 +44,7 @@ def main():
         lines.append(f"{name:<20} slots {slots:>5}  64/4 {res['64/4']:>5.1f} us  best {best[1]:>5.1f} ({best[0]})  "
                      + " ".join(f"{k}:{v:.1f}" for k, v in res.items()))  # fmt: skip
         print(lines[-1], flush=True)
-    sk.PLAN_BLOCK_I, sk.PLAN_WARPS = 64, 4
+    sk.planner_shape = rule
     print()
     print("\n".join(lines))
 

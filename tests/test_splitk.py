@@ -242,3 +242,24 @@ def test_planned_merge_fused_or_launched(fused, fused_max, launches, device, mon
     assert len(launched) == launches
     assert torch.equal(out[1].cpu(), torch.zeros_like(out[1].cpu()))
     assert torch.allclose(lse[1].cpu(), sinks.cpu().expand(2, -1))
+
+
+@pytest.mark.parametrize("batch", [1, 9, 40, 300], ids=lambda b: f"B{b}")
+def test_planner_kernel_writes_the_mirrors_cut(batch, device):
+    """The planner kernel's cut equals ``chunk_plan``'s entry by entry, at batch sizes that use every planner shape
+    (64 slots x 4 warps per program down to 4 slots x 1 warp): (sequence, start, end) per used chunk slot, unused
+    slots marked with sequence B, and each sequence's first chunk and chunk count."""
+    from flashdecode.triton_splitk import SATURATION_PER_SM, launch_plan
+
+    g = torch.Generator().manual_seed(batch)
+    lens = torch.randint(0, 3000, (batch,), generator=g)
+    lens[0] = 0
+    hkv, sms, block_n = 2, 16, 64
+    slots, num_cand = grid_chunks(batch, hkv, sms), num_candidates(3000, block_n)
+    plan = launch_plan(lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM).cpu()
+    expect = chunk_plan(lens.tolist(), hkv, sms, slots, block_n, num_cand)
+    assert [tuple(plan[:3, i].tolist()) for i in range(len(expect))] == expect
+    assert (plan[0, len(expect) : slots] == batch).all()
+    counts = [sum(1 for b, _, _ in expect if b == s) for s in range(batch)]
+    firsts = [sum(counts[:s]) for s in range(batch)]
+    assert plan[1, slots:].tolist() == counts and plan[0, slots:].tolist() == firsts

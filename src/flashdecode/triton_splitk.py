@@ -91,9 +91,6 @@ FUSED_MAX_CHUNKS = 64
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
 MERGE_UNROLL = 2
-# planner: chunk slots per program and warps (probe knobs; scripts/plan_probe.py)
-PLAN_BLOCK_I = 64
-PLAN_WARPS = 4
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -538,6 +535,14 @@ def chunk_plan(
     return [(b, s, min(s + chunk, n)) for b, (n, ss) in enumerate(zip(seqlens, starts)) for s in ss]
 
 
+def planner_shape(block_b: int) -> tuple[int, int]:
+    """(chunk slots per planner program, warps) for a batch padded to block_b. Each program recomputes the cut and
+    looks its slots up in a [slots, block_b] tile, so large batches want few slots per program (more programs, run
+    side by side) and one warp. H200 (scripts/plan_probe.py, graph µs of the planner alone): 256 sequences 6.4 -> 2.1,
+    512: 6.4 -> 2.9, 64: 3.3 -> 1.8; up to 16 sequences 64 slots x 4 warps is within 0.2 of the best."""
+    return min(64, max(4, 256 // block_b)), (4 if block_b <= 16 else 1)
+
+
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
     counters=None,
@@ -549,14 +554,15 @@ def launch_plan(
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
-    block_i = PLAN_BLOCK_I
+    block_b = next_power_of_2(batch)
+    block_i, warps = planner_shape(block_b)
     _plan_kernel[(cdiv(max_chunks, block_i),)](
         cache_seqlens, plan, plan if counters is None else counters, 0 if counters is None else counters.numel(),
         batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
         int(features.window_left if features.window_left is not None else 0),
-        BLOCK_B=next_power_of_2(batch), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
-        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=PLAN_WARPS,
+        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
     )  # fmt: skip
     return plan
 
