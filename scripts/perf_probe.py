@@ -1,5 +1,5 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the fused merge against the combine launch; earlier: PDL, combine shapes, split tiles).
+switches buys (here: the in-place plan against the planner launch; earlier: the fused merge, PDL, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
 torch.profiler); prints the best variant per row last.
 
@@ -20,21 +20,18 @@ from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
 
 ROWS = [
-    Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([256] * 256, 12, 2), Row([2048] * 8, 28, 4),
-    Row([131072] + [1024] * 63, 32, 8), Row([4096] * 16, 12, 12), Row([1024] * 64, 12, 12), Row([3064] * 64, 32, 8),
-    Row([16384] * 4, 12, 2), Row([65536], 12, 2), Row([2048], 28, 4), Row([65536], 12, 12), Row([8192], 32, 32),
+    Row([65536], 12, 2), Row([16384] * 4, 12, 2), Row([131072], 12, 2), Row([2048], 28, 4), Row([8192], 32, 32),
+    Row([32768], 32, 32), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([4096] * 16, 12, 2),
+    Row([2048] * 8, 28, 4),
 ]  # fmt: skip
 # (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("fused", dict()),
-    ("separate", dict(FUSED_COMBINE=False)),
-    ("fused-r96", dict(PARTIAL_MAXNREG=96)),
-    ("separate-r96", dict(FUSED_COMBINE=False, PARTIAL_MAXNREG=96)),
-    ("fused-r128-u4", dict(PARTIAL_MAXNREG=128, MERGE_UNROLL=4)),
+    ("inline", dict()),
+    ("planner", dict(INLINE_PLAN_MAX_BATCH=0)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "PARTIAL_MAXNREG")}  # fmt: skip
+             "INLINE_PLAN_MAX_BATCH")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -91,7 +88,7 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("fused", "separate"):
+            if name in ("inline", "planner"):
                 profile_row(row, fn, prof_log)
         by = {r["variant"]: r["us"] for r in results}
         table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))

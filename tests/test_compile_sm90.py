@@ -47,7 +47,9 @@ def compile_sm90(kernel, consts):
 FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=True, KV_FP8=KV != "*bf16")
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
-            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4)
+            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
+            INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32)
+INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16)
 for window in (False, True):
     for q_len in (1, 4):
         ptx = compile_sm90(triton_splitk._plan_kernel, dict(
@@ -55,7 +57,8 @@ for window in (False, True):
             HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True)).asm["ptx"]
         assert "griddepcontrol.launch_dependents" in ptx
 for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
-              dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES)):
+              dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES),
+              dict(NUM_SPLITS=0, **INLINE), dict(NUM_SPLITS=0, Q_LEN=4, **INLINE, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
 # the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2
@@ -64,10 +67,11 @@ for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64,
     assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx, extra
 for extra in ({}, dict(Q_LEN=4, **FEATURES)):
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
-for sinks in (False, True):
+for sinks, inline in ((False, False), (True, False), (True, True)):
     ptx = compile_sm90(triton_splitk._combine_kernel, dict(
         NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, HAS_SINKS=sinks,
-        USE_PDL=True, MERGED_MAX=64)).asm["ptx"]
+        USE_PDL=True, MERGED_MAX=64, INLINE_PLAN=inline, BLOCK_B=16, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16,
+        SATURATION=4, OVERHEAD=32, HAS_WINDOW=inline, Q_LEN=1)).asm["ptx"]
     assert "griddepcontrol.wait" in ptx
 print("compiled")
 """

@@ -55,20 +55,34 @@ def test_partials_match_mirror_fixed_splits(device):
     assert max_err(o_part[..., :64], ref_o) <= 1e-5
 
 
-def test_partials_match_mirror_planned(device):
+@pytest.mark.parametrize(
+    "num_sms,inline_max,combine", [(8, 16, False), (64, 16, True), (64, 0, True)], ids=["fused", "inline", "planner"]
+)
+def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, monkeypatch):
     """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
-    single-chunk sequences go straight to the output."""
+    single-chunk sequences go straight to the output. Three ways to run the cut: B * Hq >= #SMs merges in the
+    partial kernel (planner kernel, no combine launch); fewer pairs with a small batch plan in place (no planner
+    launch: ``inline_chunk``); or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0)."""
+    from flashdecode import triton_splitk
+
+    monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
+    launched = {"plan": 0, "combine": 0}
+    for name in launched:
+        real = getattr(triton_splitk, f"launch_{name}")
+        monkeypatch.setattr(triton_splitk, f"launch_{name}",
+                            lambda *a, _real=real, _name=name, **k: launched.__setitem__(_name, 1) or _real(*a, **k))
     lens = [3, 700, 20, 0, 64]
     c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=13)
     out = torch.full_like(c.q, float("nan"))
     lse = torch.empty(c.q.shape[:2], device=device)
-    num_sms, block_n = 8, 32
+    block_n = 32
     _, _, o_part, lse_part = decode_splitk(
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
     )
     max_tokens = c.block_table.shape[1] * 16
     chunks = chunk_plan(lens, 2, num_sms, grid_chunks(len(lens), 2, num_sms), block_n, num_candidates(max_tokens, block_n))
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
+    assert launched == {"plan": int(inline_max == 0 or not combine), "combine": int(combine)}
 
 
 def test_chunk_plan_covers_every_token_within_the_grid():
@@ -213,15 +227,16 @@ def test_tuning_switches_keep_the_result(device, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "fused,fused_max,launches",
-    [(True, 64, 0), (True, 3, 1), (False, 64, 1)],
-    ids=["last-program-merges", "both-ways", "combine-launch"],
+    "fused,fused_max,inline_max,launches",
+    [(True, 64, 16, 0), (True, 3, 16, 1), (False, 64, 16, 1), (False, 64, 0, 1)],
+    ids=["last-program-merges", "both-ways", "combine-launch-inline-plan", "combine-launch-planner"],
 )
-def test_planned_merge_fused_or_launched(fused, fused_max, launches, device, monkeypatch):
+def test_planned_merge_fused_or_launched(fused, fused_max, inline_max, launches, device, monkeypatch):
     """A planned cut merged every way matches the float64 reference: by the last chunk program of each (sequence,
     head block) to finish (``merge_if_last``, when B * q_len * Hq >= #SMs, for sequences of at most
     FUSED_MAX_CHUNKS chunks), by the combine launch, or both in one call (at most 3 chunks fused: the 130-token
-    sequence's 3 chunks merge in the partial kernel, the 300-token one's 5 in the combine). Ragged lengths with an
+    sequence's 3 chunks merge in the partial kernel, the 300-token one's 5 in the combine), with the cut from the
+    planner kernel or, for a combine launch on this small batch, computed in place. Ragged lengths with an
     empty sequence, two query tokens, 80 rows per KV head (two head blocks), sinks and the LSE, NaN-filled outputs.
     The combine is launched exactly when the table could hold a sequence the fused merge leaves to it."""
     from feature_helpers import check
@@ -231,6 +246,7 @@ def test_planned_merge_fused_or_launched(fused, fused_max, launches, device, mon
 
     monkeypatch.setattr(triton_splitk, "FUSED_COMBINE", fused)
     monkeypatch.setattr(triton_splitk, "FUSED_MAX_CHUNKS", fused_max)
+    monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
     launched = []
     real = triton_splitk.launch_combine
     monkeypatch.setattr(triton_splitk, "launch_combine", lambda *a, **k: launched.append(1) or real(*a, **k))

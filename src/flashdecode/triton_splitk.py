@@ -87,6 +87,11 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # 64 x 1024 12/2 32.7 -> 26.8 us, 256 x 256 12/2 32.0 -> 28.4 us. False: always the combine launch (measurements)
 FUSED_COMBINE = True
 FUSED_MAX_CHUNKS = 64
+# planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
+# combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
+INLINE_PLAN_MAX_BATCH = 16
+# the inline-planner arguments the partial kernel takes (it has BLOCK_N, HAS_WINDOW, Q_LEN, window... already)
+_PARTIAL_PLAN_ARGS = ("num_sms", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_CAND", "SATURATION", "OVERHEAD")
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -169,6 +174,29 @@ def _plan_kernel(
         for c0 in range(0, num_counters, 1024):
             offs_c = c0 + tl.arange(0, 1024)
             tl.store(COUNTERS + offs_c, tl.zeros([1024], tl.int32), mask=offs_c < num_counters)
+
+
+@triton.jit
+def inline_chunk(
+    SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, num_sms, max_chunks, window,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+):  # fmt: skip
+    """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
+    costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
+    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
+    writes; an unused slot has seq = B."""
+    chunk, n, incl, offs_b = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks, window,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+    )  # fmt: skip
+    seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
+    pick = offs_b == seq
+    first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
+    count = tl.sum(tl.where(pick, n, 0), axis=0)
+    seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
+    start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (chunk_id - first) * chunk
+    return seq, seqlen, start, tl.minimum(start + chunk, seqlen), first, count
 
 
 @triton.jit
@@ -363,6 +391,13 @@ def _partial_kernel(
     USE_PDL: tl.constexpr,
     FUSED_MAX: tl.constexpr,
     MERGE_UNROLL: tl.constexpr,
+    num_sms,
+    INLINE_PLAN: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    LOG2_BLOCK_N: tl.constexpr,
+    NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr,
+    OVERHEAD: tl.constexpr,
 ):
     chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1) // HEAD_BLOCKS
@@ -371,10 +406,17 @@ def _partial_kernel(
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
 
-    seq, seqlen, start, end, single = locate_chunk(
-        PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
-        NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN,
-    )  # fmt: skip
+    if INLINE_PLAN:
+        seq, seqlen, start, end, _, count = inline_chunk(
+            SEQLENS, stride_sl, chunk_id, 0, batch, tl.num_programs(1) // HEAD_BLOCKS, num_sms, max_chunks, window,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+        )  # fmt: skip
+        single = count == 1
+    else:
+        seq, seqlen, start, end, single = locate_chunk(
+            PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
+            NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN,
+        )  # fmt: skip
     if seq >= batch:
         return
     seq = seq.to(tl.int64)
@@ -421,6 +463,20 @@ def _combine_kernel(
     HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
     MERGED_MAX: tl.constexpr,
+    SEQLENS,
+    stride_sl,
+    num_kv_heads,
+    num_sms,
+    window,
+    INLINE_PLAN: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    LOG2_BLOCK_N: tl.constexpr,
+    NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr,
+    OVERHEAD: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr,
 ):
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
     row = tl.program_id(0)
@@ -433,8 +489,14 @@ def _combine_kernel(
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
     else:
-        first = tl.load(PLAN + max_chunks + seq)
-        count = tl.load(PLAN + max_chunks + batch + max_chunks + seq)
+        if INLINE_PLAN:
+            _, _, _, _, first, count = inline_chunk(
+                SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, num_sms, max_chunks, window,
+                BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+            )  # fmt: skip
+        else:
+            first = tl.load(PLAN + max_chunks + seq)
+            count = tl.load(PLAN + max_chunks + batch + max_chunks + seq)
         if count <= MERGED_MAX:
             # written by its partial program (one chunk, or merged there: merge_if_last)
             return
@@ -567,9 +629,27 @@ def launch_plan(
     return plan
 
 
+# the inline-planner arguments of a kernel that reads the plan from PLAN instead (constant, so no recompiles)
+_NO_INLINE_PLAN = dict(
+    stride_sl=0, num_kv_heads=1, num_sms=1, window=0, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4,
+    NUM_CAND=1, SATURATION=1, OVERHEAD=0, HAS_WINDOW=False, Q_LEN=1,
+)  # fmt: skip
+
+
+def inline_plan_args(cache_seqlens, num_kv_heads, num_sms, block_n, num_cand, features) -> dict:
+    """Keyword arguments for kernels that compute the planned cut in place (``inline_chunk``): the planner's inputs."""
+    return dict(
+        SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads, num_sms=num_sms,
+        window=int(features.window_left if features.window_left is not None else 0), INLINE_PLAN=True,
+        BLOCK_B=next_power_of_2(cache_seqlens.shape[0]), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
+        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len,
+    )  # fmt: skip
+
+
 def launch_combine(
     o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None, merged_max=1,
+    num_sms=None, merged_max=1, inline=None,
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
@@ -577,7 +657,8 @@ def launch_combine(
     deterministic: blocks of COMBINE_BLOCK_S chunks always, so the summation tree does not depend on S. pdl:
     launched with programmatic dependent launch. num_sms: lets a call with few (sequence, row) pairs use the
     COMBINE_WIDE blocks. merged_max (planned mode): sequences of at most this many chunks were written by their
-    partial programs (1: single-chunk ones; FUSED_MAX_CHUNKS with the fused merge) and are skipped."""
+    partial programs (1: single-chunk ones; FUSED_MAX_CHUNKS with the fused merge) and are skipped. inline: the
+    planned cut is computed in place (``inline_plan_args``) instead of read from plan."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -592,7 +673,8 @@ def launch_combine(
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
-        USE_PDL=pdl, MERGED_MAX=merged_max, **({"launch_pdl": True} if pdl else {}),
+        USE_PDL=pdl, MERGED_MAX=merged_max, **(inline if inline is not None else dict(_NO_INLINE_PLAN, SEQLENS=plan)),
+        **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 
@@ -648,8 +730,12 @@ def decode_splitk(
     fused = FUSED_COMBINE and not fixed and batch * q_len * num_q_heads >= num_sms
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
     counters = torch.empty(batch * num_kv_heads * head_blocks, dtype=torch.int32, device=q.device) if fused else None
-    if fixed:
-        plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
+    # small batches without the fused merge (which needs the planner to zero its counters) plan in place
+    inline = None
+    if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
+        inline = inline_plan_args(cache_seqlens, num_kv_heads, num_sms, cfg["BLOCK_N"], num_cand, features)
+    if fixed or inline:
+        plan = cache_seqlens if inline else torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl, features,
@@ -669,12 +755,13 @@ def decode_splitk(
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
         FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
-        **fargs, **cfg, **({"launch_pdl": True} if pdl and not fixed else {}),
+        **{k: v for k, v in (inline or _NO_INLINE_PLAN).items() if k in _PARTIAL_PLAN_ARGS},
+        **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
     if combine:
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
-            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1,
+            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=inline,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
