@@ -21,17 +21,18 @@ from flashdecode.reference import reference_dense
 
 ROWS = [
     Row([65536], 12, 2), Row([16384] * 4, 12, 2), Row([131072], 12, 2), Row([2048], 28, 4), Row([8192], 32, 32),
-    Row([32768], 32, 32), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([4096] * 16, 12, 2),
-    Row([2048] * 8, 28, 4),
+    Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([4096] * 2, 32, 8),
 ]  # fmt: skip
 # (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("inline", dict()),
+    ("inline16", dict()),
+    ("inline1", dict(INLINE_MIN_BLOCK_B=1)),
+    ("inline8", dict(INLINE_MIN_BLOCK_B=8)),
     ("planner", dict(INLINE_PLAN_MAX_BATCH=0)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "INLINE_PLAN_MAX_BATCH")}  # fmt: skip
+             "INLINE_PLAN_MAX_BATCH", "INLINE_MIN_BLOCK_B")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -88,7 +89,7 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("inline", "planner"):
+            if name in ("inline16", "planner"):
                 profile_row(row, fn, prof_log)
         by = {r["variant"]: r["us"] for r in results}
         table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))

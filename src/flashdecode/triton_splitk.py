@@ -90,6 +90,8 @@ FUSED_MAX_CHUNKS = 64
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
+# the in-place plan's lengths tile is padded to at least this many (see inline_plan_args)
+INLINE_MIN_BLOCK_B = 16
 # the inline-planner arguments the partial kernel takes (it has BLOCK_N, HAS_WINDOW, Q_LEN, window... already)
 _PARTIAL_PLAN_ARGS = ("num_sms", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_CAND", "SATURATION", "OVERHEAD")
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
@@ -643,7 +645,7 @@ def inline_plan_args(cache_seqlens, num_kv_heads, num_sms, block_n, num_cand, fe
     return dict(
         SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads, num_sms=num_sms,
         window=int(features.window_left if features.window_left is not None else 0), INLINE_PLAN=True,
-        BLOCK_B=max(16, next_power_of_2(cache_seqlens.shape[0])), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        BLOCK_B=max(INLINE_MIN_BLOCK_B, next_power_of_2(cache_seqlens.shape[0])), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len,
     )  # fmt: skip
