@@ -25,14 +25,12 @@ ROWS = [
 ]  # fmt: skip
 # (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("inline16", dict()),
-    ("inline1", dict(INLINE_MIN_BLOCK_B=1)),
-    ("inline8", dict(INLINE_MIN_BLOCK_B=8)),
+    ("inline", dict()),
     ("planner", dict(INLINE_PLAN_MAX_BATCH=0)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "INLINE_PLAN_MAX_BATCH", "INLINE_MIN_BLOCK_B")}  # fmt: skip
+             "INLINE_PLAN_MAX_BATCH")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -89,7 +87,7 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("inline16", "planner"):
+            if name in ("inline", "planner"):
                 profile_row(row, fn, prof_log)
         by = {r["variant"]: r["us"] for r in results}
         table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))

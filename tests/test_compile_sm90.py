@@ -108,26 +108,28 @@ BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT
             SATURATION=4, OVERHEAD=32)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
-for group in (1, 4, 6, 7, 8):
-    for extra in ({}, dict(FUSED_MAX=64), dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16)):
-        consts = {**BASE, "GROUP": group, **extra}
-        sig, attrs = {}, {}
-        for i, name in enumerate(kernel.arg_names):
-            if name in consts:
-                sig[name] = "constexpr"
-                continue
-            sig[name] = "fp32" if name in FLOATS else ("*bf16" if name in ("Q", "K", "V", "OUT") else
-                        ("*fp32" if name.isupper() and name not in ("SEQLENS", "BLOCK_TABLE", "PLAN", "COUNTERS")
-                         else ("*i32" if name.isupper() else "i32")))
-            if name not in NOT16 and name not in FLOATS:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-        k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=4, num_stages=3))
-        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
-            f.write(k.asm["ptx"])
-        info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
-                              text=True).stderr
-        worst.append((int(re.search(r"Used (\d+) registers", info).group(1)), group, sorted(extra)))
+variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
+variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16))
+             for g in (1, 6, 7) for b in (1, 2, 4, 16)]
+for group, extra in variants:
+    consts = {**BASE, "GROUP": group, **extra}
+    sig, attrs = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in consts:
+            sig[name] = "constexpr"
+            continue
+        sig[name] = "fp32" if name in FLOATS else ("*bf16" if name in ("Q", "K", "V", "OUT") else
+                    ("*fp32" if name.isupper() and name not in ("SEQLENS", "BLOCK_TABLE", "PLAN", "COUNTERS")
+                     else ("*i32" if name.isupper() else "i32")))
+        if name not in NOT16 and name not in FLOATS:
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4, num_stages=3))
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(k.asm["ptx"])
+    info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                          text=True).stderr
+    worst.append((int(re.search(r"Used (\d+) registers", info).group(1)), group, sorted(extra.items())))
 print("registers", max(worst))
 assert max(worst)[0] <= 128, worst
 print("fits")

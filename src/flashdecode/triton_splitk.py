@@ -90,8 +90,6 @@ FUSED_MAX_CHUNKS = 64
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
-# the in-place plan's lengths tile is padded to at least this many (see inline_plan_args)
-INLINE_MIN_BLOCK_B = 16
 # the inline-planner arguments the partial kernel takes (it has BLOCK_N, HAS_WINDOW, Q_LEN, window... already)
 _PARTIAL_PLAN_ARGS = ("num_sms", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_CAND", "SATURATION", "OVERHEAD")
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
@@ -638,14 +636,21 @@ _NO_INLINE_PLAN = dict(
 )  # fmt: skip
 
 
+def inline_block_b(batch: int) -> int:
+    """The in-place plan's lengths tile: the batch padded to a power of two, but 8 for 3-8 sequences. ptxas gives the
+    partial kernel 160-167 registers with a tile of 4 (3 programs per SM instead of 4: 4 x 16384 12/2 took 31.7 us
+    against 26.2 with 8); 1, 2, 8 and 16 stay at <= 128 (tests/test_compile_sm90.py). H200, planner launch -> in
+    place: 1 x 65536 12/2 27.8 -> 25.9 us, 1 x 2048 28/4 10.9 -> 10.0, 1 x 65536 12/12 104.5 -> 102.6."""
+    return next_power_of_2(batch) if batch <= 2 else max(8, next_power_of_2(batch))
+
+
 def inline_plan_args(cache_seqlens, num_kv_heads, num_sms, block_n, num_cand, features) -> dict:
-    """Keyword arguments for kernels that compute the planned cut in place (``inline_chunk``): the planner's inputs.
-    BLOCK_B is at least 16: at 4, ptxas gave the partial kernel 160-167 registers instead of 126 (3 programs per SM
-    instead of 4), and 4 x 16384 12/2 went 27.8 -> 31.6 us on the H200."""
+    """Keyword arguments for kernels that compute the planned cut in place (``inline_chunk``): the planner's
+    inputs."""
     return dict(
         SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads, num_sms=num_sms,
         window=int(features.window_left if features.window_left is not None else 0), INLINE_PLAN=True,
-        BLOCK_B=max(INLINE_MIN_BLOCK_B, next_power_of_2(cache_seqlens.shape[0])), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        BLOCK_B=inline_block_b(cache_seqlens.shape[0]), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len,
     )  # fmt: skip
