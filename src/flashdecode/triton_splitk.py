@@ -12,13 +12,18 @@ the source blog post stores acc_c unnormalised and multiplies by l_c again, weig
 
 Two ways to cut, one kernel:
 
-* planned (``num_splits=None``): a one-launch planner kernel reads the B lengths and writes the cut: one chunk
-  size C for the batch, picked from BLOCK_N * 2^k by a cost model of waves per SM (``_chunk_layout``); sequence b
-  gets ceil(L_b / C) chunks, numbered consecutively (a prefix sum). A long sequence among short ones gets many
-  chunks, the short ones one each, and a batch that already fills the GPU keeps one chunk per sequence. The grid
-  has ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM count, never from the cache's
-  capacity, read by no host code, so one CUDA graph serves every length. A sequence that gets a single chunk is
-  written straight to the output by its partial program; the combine skips it.
+* planned (``num_splits=None``): a one-launch planner kernel reads the B lengths and writes the cut: one chunk size C
+  for the batch, picked from BLOCK_N * 2^k by a cost model of waves per SM (``_chunk_layout``); sequence b gets
+  max(ceil(L_b / C), 1) chunks (an empty one: one empty chunk), numbered consecutively (a prefix sum). A long
+  sequence among short ones gets many chunks, the short ones one each, and a batch that already fills the GPU keeps
+  one chunk per sequence. The grid has ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM
+  count, never from the cache's capacity, read by no host code, so one CUDA graph serves every length. A sequence
+  that gets a single chunk is written straight to the output by its partial program; the combine skips it. Batches of
+  <= 16 sequences that do not fuse the merge compute the same cut inside each program instead (``inline_chunk``, no
+  planner launch).
+* merging: with B * q_len * Hq >= #SMs the last chunk program of a sequence to finish merges its chunks
+  (``merge_if_last``: an acq_rel arrival counter the planner zeroed); otherwise, or for sequences of more than
+  FUSED_MAX_CHUNKS chunks, the combine kernel does.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
@@ -30,7 +35,8 @@ Two ways to cut, one kernel:
 Bytes: the visible K/V once per head block (one block unless q_len x group exceeds BLOCK_H), plus
 2 * chunks * q_len * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences. With a sliding window both
 modes cut only the visible tokens [window start, L), so pages before the window are never read.
-Grids: planner (slots / 64); partial (slots, Hkv * head blocks); combine (q_len * Hq, B).
+Grids: planner (slots / ``planner_shape``); partial (slots, Hkv * head blocks); combine (q_len * Hq, B, head-dim
+blocks), not launched when the merge is fused and the table cannot hold a longer sequence.
 """
 
 from __future__ import annotations
