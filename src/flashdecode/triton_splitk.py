@@ -93,6 +93,8 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # 64 x 1024 12/2 32.7 -> 26.8 us, 256 x 256 12/2 32.0 -> 28.4 us. False: always the combine launch (measurements)
 FUSED_COMBINE = True
 FUSED_MAX_CHUNKS = 64
+# batches smaller than this never fuse the merge (probe knob: small batches may prefer the in-place plan)
+FUSED_MIN_BATCH = 0
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
@@ -742,7 +744,7 @@ def decode_splitk(
     pdl = use_pdl(q.device)
     # fused merge: enough (sequence, row) pairs that the separate combine would not be a few long merges; the combine
     # still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the table cannot hold one
-    fused = FUSED_COMBINE and not fixed and batch * q_len * num_q_heads >= num_sms
+    fused = FUSED_COMBINE and not fixed and batch * q_len * num_q_heads >= num_sms and batch >= FUSED_MIN_BATCH
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
     counters = torch.empty(batch * num_kv_heads * head_blocks, dtype=torch.int32, device=q.device) if fused else None
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
