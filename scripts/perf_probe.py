@@ -21,16 +21,17 @@ from flashdecode.reference import reference_dense
 
 ROWS = [
     Row([4096] * 16, 12, 2), Row([2048] * 8, 28, 4), Row([4096] * 16, 12, 12), Row([1024] * 16, 32, 8),
-    Row([8192] * 5, 28, 4), Row([2048] * 12, 12, 2),
+    Row([8192] * 5, 28, 4), Row([2048] * 12, 12, 2), Row([1024] * 64, 12, 2), Row([256] * 256, 12, 2),
+    Row([131072] + [1024] * 63, 32, 8), Row([2048] * 40, 12, 2),
 ]  # fmt: skip
 # (name, module attributes to set); the first is the baseline
 VARIANTS = [
-    ("fused+planner", dict()),
-    ("inline+combine", dict(FUSED_MIN_BATCH=17)),
+    ("rule", dict()),
+    ("fused-always", dict(FUSED_EXPECTED_CHUNKS=10**6)),
 ]
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "INLINE_PLAN_MAX_BATCH", "FUSED_MIN_BATCH")}  # fmt: skip
+             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -87,7 +88,7 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("fused+planner", "inline+combine"):
+            if name in ("rule", "fused-always"):
                 profile_row(row, fn, prof_log)
         by = {r["variant"]: r["us"] for r in results}
         table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))

@@ -245,6 +245,8 @@ def test_planned_merge_fused_or_launched(fused, fused_max, inline_max, launches,
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "FUSED_COMBINE", fused)
+    # this batch expects many chunks per sequence: the rule would not fuse it by itself
+    monkeypatch.setattr(triton_splitk, "FUSED_EXPECTED_CHUNKS", 10**6)
     monkeypatch.setattr(triton_splitk, "FUSED_MAX_CHUNKS", fused_max)
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
     launched = []
@@ -279,3 +281,17 @@ def test_planner_kernel_writes_the_mirrors_cut(batch, device):
     counts = [sum(1 for b, _, _ in expect if b == s) for s in range(batch)]
     firsts = [sum(counts[:s]) for s in range(batch)]
     assert plan[1, slots:].tolist() == counts and plan[0, slots:].tolist() == firsts
+
+
+def test_merge_in_partial_rule_on_the_anchor_rows():
+    """The shapes-only rule on an H200 (132 SMs): merge in the last partial program when the batch gives few chunks
+    per sequence (probes 6e71525 and 505aa6e: 64 x 1024 12/2 33.0 -> 26.8 us, 16 x 1024 32/8 31.3 -> 26.6), a combine
+    launch when few (sequence, row) pairs or many chunks each (16 x 4096 12/2 28.1 -> 26.9 that way)."""
+    from flashdecode.triton_splitk import merge_in_partial
+
+    def fused(b, hq, hkv):
+        return merge_in_partial(b, 1, hq, hkv, 132)
+
+    assert fused(256, 12, 2) and fused(64, 12, 2) and fused(16, 32, 8) and fused(64, 32, 8) and fused(16, 12, 12)
+    assert not fused(16, 12, 2) and not fused(8, 28, 4) and not fused(12, 12, 2) and not fused(5, 28, 4)
+    assert not fused(1, 12, 2) and not fused(4, 12, 12) and not fused(1, 32, 32)

@@ -93,8 +93,11 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # 64 x 1024 12/2 32.7 -> 26.8 us, 256 x 256 12/2 32.0 -> 28.4 us. False: always the combine launch (measurements)
 FUSED_COMBINE = True
 FUSED_MAX_CHUNKS = 64
-# batches smaller than this never fuse the merge (probe knob: small batches may prefer the in-place plan)
-FUSED_MIN_BATCH = 0
+# ...and only when a uniform batch would get at most this many chunks per sequence: with more, the in-place plan (or
+# the planner) and a combine launch win. H200 (probe 505aa6e, fused + planner -> combine launch, in place):
+# 16 x 4096 12/2 28.1 -> 26.9 us, 8 x 2048 28/4 20.5 -> 18.8, 12 x 2048 12/2 23.1 -> 18.4, 5 x 8192 28/4
+# 40.6 -> 35.6; but 16 x 1024 32/8 (4 chunks each) 26.6 -> 31.3
+FUSED_EXPECTED_CHUNKS = 8
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
@@ -644,6 +647,16 @@ _NO_INLINE_PLAN = dict(
 )  # fmt: skip
 
 
+def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
+    """Whether a planned call merges chunks in the last partial program (``merge_if_last``) rather than in a combine
+    launch, from shapes only: enough (sequence, row) pairs that the combine would not be a few long merges
+    (B * q_len * Hq >= #SMs), and few chunks expected per sequence: the planner aims at SATURATION_PER_SM * #SMs
+    programs, so a uniform batch gets about that / (B * Hkv) chunks each, and the last program merges them at
+    ~0.27 us per step of MERGE_UNROLL chunks (docs/design.md)."""
+    pairs = batch * q_len * num_q_heads >= num_sms
+    return FUSED_COMBINE and pairs and SATURATION_PER_SM * num_sms <= FUSED_EXPECTED_CHUNKS * batch * num_kv_heads
+
+
 def inline_block_b(batch: int) -> int:
     """The in-place plan's lengths tile: the batch padded to a power of two, but 8 for 3-8 sequences. ptxas gives the
     partial kernel 160-167 registers with a tile of 4 (3 programs per SM instead of 4: 4 x 16384 12/2 took 31.7 us
@@ -742,9 +755,9 @@ def decode_splitk(
     fargs = features.kernel_args(cache_seqlens)
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
     pdl = use_pdl(q.device)
-    # fused merge: enough (sequence, row) pairs that the separate combine would not be a few long merges; the combine
-    # still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the table cannot hold one
-    fused = FUSED_COMBINE and not fixed and batch * q_len * num_q_heads >= num_sms and batch >= FUSED_MIN_BATCH
+    fused = not fixed and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
+    # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
+    # table cannot hold one
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
     counters = torch.empty(batch * num_kv_heads * head_blocks, dtype=torch.int32, device=q.device) if fused else None
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
