@@ -1,5 +1,5 @@
-"""Split-K partial tiles for short chunks (GQA groups >= 4, the 12/2 and 28/4 anchor rows): BLOCK_N x warps x
-stages, with the planner at 2 and 4 programs per SM. Run on the GPU machine; writes $OUT/tile.jsonl and prints the
+"""Split-K partial tiles for short chunks (GQA groups >= 4, the 12/2 and 28/4 anchor rows; with the argument
+``mha``, the planned 12/12 rows): BLOCK_N x warps x stages, with the planner at 2 (8 for MHA) and 4 programs per SM. Run on the GPU machine; writes $OUT/tile.jsonl and prints the
 table last (graph µs, caches rotated out of L2, every variant checked against the float64 reference first).
 """
 
@@ -17,12 +17,18 @@ from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
 from flashdecode.triton_single import decode_single
 
-ROWS = [
+import sys
+
+GQA_ROWS = [
     Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([16384] * 4, 12, 2),
     Row([65536], 12, 2), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
 ]  # fmt: skip
+# `python scripts/tile_probe.py mha`: the planned 12-KV-head MHA rows
+MHA_ROWS = [Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([131072], 12, 12)]
+MHA = len(sys.argv) > 1 and sys.argv[1] == "mha"
+ROWS = MHA_ROWS if MHA else GQA_ROWS
 TILES = [(64, 4, 3), (64, 4, 2), (32, 4, 3), (32, 4, 4), (128, 4, 2), (128, 8, 2), (64, 8, 3)]
-SATURATIONS = [4, 2]
+SATURATIONS = [4, 8] if MHA else [4, 2]
 
 
 def main():
@@ -54,7 +60,7 @@ def main():
             except Exception as e:  # noqa: BLE001 - a failing variant is reported, the probe goes on
                 print(f"{row.name()} {name} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
         triton_splitk.SATURATION_PER_SM = default_sat
-        if row.batch * row.num_kv_heads >= 256:
+        if row.batch * row.num_kv_heads >= 256 and not MHA:
             for bn, warps, stages in TILES[:5]:
                 cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
                 it = itertools.cycle(copies)
@@ -63,7 +69,7 @@ def main():
                     return_mode="median") * 1e3  # fmt: skip
         log.write(json.dumps(dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()})) + "\n")
         log.flush()
-        base = res.get("64/4/3/s4", float("nan"))
+        base = res.get("128/4/2/s4" if MHA else "64/4/3/s4", float("nan"))
         best = min(res.items(), key=lambda kv: kv[1])
         line = f"{row.name():<16} base {base:>6.1f}  best {best[1]:>6.1f} ({best[0]})"
         table.append(line)
