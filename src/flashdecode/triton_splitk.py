@@ -231,14 +231,21 @@ def fixed_chunk(
 
 
 @triton.jit
+def sequence_chunks(PLAN, seq, batch, max_chunks):
+    """(first chunk, chunk count) of sequence seq, from the per-sequence columns _plan_kernel wrote (column
+    max_chunks + seq of rows 0 and 1)."""
+    return tl.load(PLAN + max_chunks + seq), tl.load(PLAN + 2 * max_chunks + batch + seq)
+
+
+@triton.jit
 def planned_chunk(PLAN, chunk_id, seq, batch, max_chunks):
     """Planned mode: (start, end, single) of a used chunk slot of sequence seq, as _plan_kernel wrote them; single
     when the chunk is the whole sequence (its program writes the final output)."""
     stride = max_chunks + batch
     start = tl.load(PLAN + stride + chunk_id)
     end = tl.load(PLAN + 2 * stride + chunk_id)
-    single = tl.load(PLAN + stride + max_chunks + seq) == 1
-    return start, end, single
+    _, count = sequence_chunks(PLAN, seq, batch, max_chunks)
+    return start, end, count == 1
 
 
 @triton.jit
@@ -300,9 +307,7 @@ def merge_if_last(
     stores, a CTA barrier, then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter the
     planner zeroed; the program that finds count - 1 earlier arrivals has acquired every partial and reads them from
     L2 (.cg), in chunk order, UNROLL chunks per step (the result does not depend on the arrival order)."""
-    stride = max_chunks + batch
-    first = tl.load(PLAN + max_chunks + seq)
-    count = tl.load(PLAN + stride + max_chunks + seq)
+    first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
     if count <= FUSED_MAX:
         tl.debug_barrier()
         slot = seq * tl.num_programs(1) + tl.program_id(1)
@@ -506,8 +511,7 @@ def _combine_kernel(
                 BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
             )  # fmt: skip
         else:
-            first = tl.load(PLAN + max_chunks + seq)
-            count = tl.load(PLAN + max_chunks + batch + max_chunks + seq)
+            first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
         if count <= MERGED_MAX:
             # written by its partial program (one chunk, or merged there: merge_if_last)
             return
@@ -645,6 +649,9 @@ _NO_INLINE_PLAN = dict(
     stride_sl=0, num_kv_heads=1, num_sms=1, window=0, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4,
     NUM_CAND=1, SATURATION=1, OVERHEAD=0, HAS_WINDOW=False, Q_LEN=1,
 )  # fmt: skip
+
+
+_NO_INLINE_PARTIAL = {k: _NO_INLINE_PLAN[k] for k in _PARTIAL_PLAN_ARGS}
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
@@ -785,7 +792,7 @@ def decode_splitk(
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
         FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
-        **{k: v for k, v in (inline or _NO_INLINE_PLAN).items() if k in _PARTIAL_PLAN_ARGS},
+        **({k: inline[k] for k in _PARTIAL_PLAN_ARGS} if inline else _NO_INLINE_PARTIAL),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
     if combine:
