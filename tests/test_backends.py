@@ -141,3 +141,22 @@ def test_both_product_paths(use_dot, group, device):
         out = torch.full_like(c.q, float("nan"))
         run(*c.args, 64**-0.5, out, None, config=cfg)
         assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+
+
+@pytest.mark.parametrize("prefetch", [True, False], ids=["pages-ahead", "pages-in-step"])
+def test_both_page_walks(prefetch, device):
+    """attend_range's two page walks (page ids one tile ahead, or loaded in the tile's own step) agree with the
+    reference: lengths 0, 1, one tile, one tile + 1 and several pages, single pass, fixed splits that start inside a
+    sequence, and the planned cut (launch_config picks the walk; both are forced here)."""
+    from flashdecode.triton_single import decode_single
+    from flashdecode.triton_splitk import decode_splitk
+
+    c = case([0, 1, 32, 33, 100, 161], 8, 2, 64, 16, torch.bfloat16, device, seed=12)
+    ref_out, _ = reference_of(c)
+    cfg = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=prefetch)
+    runs = (decode_single, lambda *a, **k: decode_splitk(*a, num_splits=3, **k),
+            lambda *a, **k: decode_splitk(*a, num_sms=8, **k))  # fmt: skip
+    for run in runs:
+        out = torch.full_like(c.q, float("nan"))
+        run(*c.args, 64**-0.5, out, None, config=cfg)
+        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)

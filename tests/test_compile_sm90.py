@@ -3,8 +3,8 @@
 The interpreter executes kernels as Python, so it accepts code the compiler rejects (a helper that returns a block
 in one branch and a literal in the other passed every CPU test and failed on the H200). This test compiles the
 kernels for sm_90 without a GPU, in a subprocess without TRITON_INTERPRET, and checks that PDL compiles to
-griddepcontrol instructions. A second test runs ptxas on the split-K partial kernel's BLOCK_N-64 variants and
-checks they fit the 128 registers per thread that let 4 programs share an SM (one more register cost 4-20% on the
+griddepcontrol instructions. A second test runs ptxas on the split-K partial kernel's BLOCK_N-64 and prefetching
+BLOCK_N-32 variants and checks they fit the 128 registers per thread that let 4 programs share an SM (one more register cost 4-20% on the
 H200: docs/design.md).
 """
 
@@ -50,8 +50,9 @@ FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=Tru
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
-            INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32)
+            INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False)
 INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16)
+PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
     for q_len in (1, 4):
         ptx = compile_sm90(triton_splitk._plan_kernel, dict(
@@ -60,14 +61,15 @@ for window in (False, True):
         assert "griddepcontrol.launch_dependents" in ptx
 for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
               dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES),
-              dict(NUM_SPLITS=0, **INLINE), dict(NUM_SPLITS=0, Q_LEN=4, **INLINE, **FEATURES)):
+              dict(NUM_SPLITS=0, **INLINE), dict(NUM_SPLITS=0, Q_LEN=4, **INLINE, **FEATURES),
+              dict(NUM_SPLITS=0, **INLINE, **PREFETCH), dict(NUM_SPLITS=4, **PREFETCH, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
 # the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx, extra
-for extra in ({}, dict(Q_LEN=4, **FEATURES)):
+for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATURES)):
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
 for sinks, inline in ((False, False), (True, False), (True, True)):
     ptx = compile_sm90(triton_splitk._combine_kernel, dict(
@@ -105,12 +107,15 @@ BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT
             WRITE_LSE=False, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, NUM_SPLITS=0, FUSED_MAX=0,
             MERGE_UNROLL=triton_splitk.MERGE_UNROLL, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1,
-            SATURATION=4, OVERHEAD=32)
+            SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
 variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
 variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16))
              for g in (1, 6, 7) for b in (1, 2, 4, 16)]
+# the prefetching 32-token tile (launch_config's PREFETCH_TILE), planner-fed and in place
+variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)) for g in (4, 6, 7, 8)
+             for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16))]
 for group, extra in variants:
     consts = {**BASE, "GROUP": group, **extra}
     sig, attrs = {}, {}

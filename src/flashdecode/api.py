@@ -220,7 +220,9 @@ def _from_torch(fn, with_features=True):
 
 
 def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
-    _kernels()[1].decode_single(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features=features)
+    _kernels()[1].decode_single(
+        q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features=features, num_sms=_num_sms(q.device)
+    )  # fmt: skip
 
 
 def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):

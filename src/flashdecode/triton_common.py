@@ -107,18 +107,33 @@ MAX_TILE_ROWS_X_D = 64 * 128
 # (scripts/ttgir_ops.py-style sm90 compile without a GPU; 8 warps: 24 bytes). Not yet timed: scripts/gpu_feat.sh
 # times both on such rows. Every measured bf16 configuration (BLOCK_H x BLOCK_D <= 32 x 128) keeps 4 warps
 WIDE_TILE = 32 * 128
+# GQA groups of 4-16 (one 16-row tl.dot tile), head_dim <= 128, 16-bit cache: 32-token tiles, 3 stages and the page
+# ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers, 96 registers and 37 KB a program, 5 programs
+# per SM. H200 (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single
+# pass 8 x 128 28/4 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7;
+# split-K 1 x 2048 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's)
+# lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. None: off
+PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
+# ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 64-token tiles: occupancy
+# (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
+# 5.7 -> 5.5 µs, 1 x 128 28/4 4.9 -> 4.6; on the 3-programs-per-SM 64 x 4096 32/8 it took 302 µs instead of 243
+PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
 
 
-def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None) -> dict:
+def launch_config(
+    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True
+) -> dict:  # fmt: skip
     """A fresh copy of ``_launch_config`` (cached: launchers update their copy)."""
-    return dict(_launch_config(head_dim, group, dtype, q_len, kv_itemsize))
+    return dict(_launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch))
 
 
 @functools.lru_cache(maxsize=256)
-def _launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None) -> dict:
+def _launch_config(
+    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True
+) -> dict:  # fmt: skip
     """Tile sizes, warps and stages for one (head_dim, rows, dtype): one small table, no per-call autotuning.
 
     Measured on the H200 (scripts/sweep.py, docs/design.md). BLOCK_N tokens per tile; K and V tiles of
@@ -132,6 +147,8 @@ def _launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize
     each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
+    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim <= 128 in a 16-bit cache: the
+    measured cases). The split-K launcher passes False when its chunks are long (the fused merge's batches).
     """
     import torch
 
@@ -146,14 +163,18 @@ def _launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize
         block_n //= 2
     block_h = max(16, next_power_of_2(rows)) if use_dot else next_power_of_2(rows)
     block_h = min(block_h, MAX_TILE_ROWS, max(16, MAX_TILE_ROWS_X_D // block_d))
-    return dict(
+    cfg = dict(
         BLOCK_H=block_h,
         BLOCK_D=block_d,
         BLOCK_N=block_n,
         USE_DOT=use_dot,
+        PREFETCH_PAGES=False,
         num_warps=8 if block_h * block_d > WIDE_TILE else 4,
         num_stages=stages,
     )
+    if prefetch and PREFETCH_TILE and q_len == 1 and 4 <= group <= 16 and block_d == 128 and itemsize == 2:
+        cfg.update(PREFETCH_TILE)
+    return cfg
 
 
 @dataclass(frozen=True)
@@ -276,6 +297,7 @@ def attend_range(
     HAS_WINDOW: tl.constexpr,
     Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr,
+    PREFETCH_PAGES: tl.constexpr = False,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
@@ -290,15 +312,28 @@ def attend_range(
     needed. With Q_LEN > 1 rows differ, a tile may be fully masked for a row, and the running max is measured from 0
     while it is still -inf (so exp2(-inf - (-inf)) never happens). Otherwise every tile holds a valid token for
     every row, so m_i is finite after the first tile.
+    PREFETCH_PAGES: each tile's page ids are loaded one tile ahead, into registers. The K/V loads then depend on no
+    load of their own iteration and Triton's pipeliner gives them num_stages - 1 shared-memory buffers: the next
+    tile's K/V are in flight while this one is computed. With the page-id load in the same iteration, page ids,
+    K/V and the dot take three pipeline stages and K/V get one buffer at 3 or 4 stages (two from 5 on), so a
+    program waits for each tile's K/V in turn (docs/design.md).
     """
     mask_d = offs_d < HEAD_DIM
     if DOT_F32 and USE_DOT:
         q = q.to(tl.float32)
+    # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read
+    if PREFETCH_PAGES:
+        offs_next = start + tl.arange(0, BLOCK_N)
+        next_pages = tl.load(BLOCK_ROW + (offs_next // PAGE_SIZE) * stride_btp, mask=offs_next < end, other=0)
     for tile_start in range(start, end, BLOCK_N):
         offs_n = tile_start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
-        # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read
-        page = tl.load(BLOCK_ROW + (offs_n // PAGE_SIZE) * stride_btp, mask=mask_n, other=0).to(tl.int64)
+        if PREFETCH_PAGES:
+            page = next_pages.to(tl.int64)
+            offs_next = offs_n + BLOCK_N
+            next_pages = tl.load(BLOCK_ROW + (offs_next // PAGE_SIZE) * stride_btp, mask=offs_next < end, other=0)
+        else:
+            page = tl.load(BLOCK_ROW + (offs_n // PAGE_SIZE) * stride_btp, mask=mask_n, other=0).to(tl.int64)
         row = (offs_n % PAGE_SIZE).to(tl.int64)
         mask_kv = mask_n[:, None] & mask_d[None, :]
         # [BLOCK_N, BLOCK_D]
@@ -386,7 +421,7 @@ def attend_group(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr,
+    KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False,
 ):  # fmt: skip
     """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
     over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
@@ -416,6 +451,7 @@ def attend_group(
         BLOCK_ROW, stride_btp, start, end, qk_scale,
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
         PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
+        PREFETCH_PAGES,
     )  # fmt: skip
     out, lse = finalize(m_i, l_i, acc)
     if KV_FP8:

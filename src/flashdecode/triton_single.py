@@ -20,6 +20,7 @@ import triton.language as tl
 from .triton_common import (
     LOG2E,
     PLAIN,
+    PREFETCH_ONE_WAVE_TILE,
     attend_group,
     cdiv,
     dot_in_fp32,
@@ -81,6 +82,7 @@ def _decode_single_kernel(
     Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr,
     SCALE_PTR: tl.constexpr,
+    PREFETCH_PAGES: tl.constexpr,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -93,7 +95,7 @@ def _decode_single_kernel(
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES,
     )  # fmt: skip
     store_group(
         OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
@@ -116,7 +118,8 @@ def row_strides(t) -> tuple[int, int, int]:
 
 
 def decode_single(
-    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
+    num_sms=None,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -126,6 +129,8 @@ def decode_single(
         softmax_scale: float. out: q's shape, written in place. lse: None or contiguous fp32 of q's shape without D.
         config: overrides of ``launch_config`` entries (tests force small tiles, sweeps try others).
         features: ``triton_common.Features`` (softcap, ALiBi, sinks, window, q_len, fp8 scales); None = none.
+        num_sms: the device's SM count, if known: a grid of at most that many programs takes
+            ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies.
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -136,9 +141,12 @@ def decode_single(
     assert features.q_len == q_len, f"features.q_len {features.q_len} != q's q_len {q_len}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size())
+    head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
+    if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and num_sms and batch * num_kv_heads * head_blocks <= num_sms:
+        cfg.update(PREFETCH_ONE_WAVE_TILE)
     if config:
         cfg.update(config)
-    head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
+        head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     # the kernel reads q and out as [B, q_len, Hq, D] (as_rows) through these strides; no view is built
     stride_qb, stride_qt, stride_qh = row_strides(q)
     stride_ob, stride_ot, stride_oh = row_strides(out)

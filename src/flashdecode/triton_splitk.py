@@ -404,6 +404,7 @@ def _partial_kernel(
     Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr,
     SCALE_PTR: tl.constexpr,
+    PREFETCH_PAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
     FUSED_MAX: tl.constexpr,
     MERGE_UNROLL: tl.constexpr,
@@ -441,7 +442,7 @@ def _partial_kernel(
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES,
     )  # fmt: skip
     store_chunk(
         O_PART, LSE_PART, OUT, LSE, SINKS, chunk_id, seq, kv_head, head_block, out, lse, single,
@@ -738,15 +739,17 @@ def decode_splitk(
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
-    cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size())
+    if num_sms is None:
+        num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    fused = num_splits is None and not split_tokens and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
+    # short chunks (no fused merge) take the prefetching short tile where it applies
+    cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), prefetch=not fused)
     row_bytes = num_kv_heads * head_dim * k_cache.element_size()
     small_group = q_len * group < 4 and cfg["BLOCK_D"] <= 128 and row_bytes & (row_bytes - 1) == 0
     if SMALL_GROUP_SPLIT_TILE and small_group:
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
-    if num_sms is None:
-        num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     max_tokens = block_table.shape[1] * page_size
     if split_tokens:
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
@@ -762,7 +765,6 @@ def decode_splitk(
     fargs = features.kernel_args(cache_seqlens)
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
     pdl = use_pdl(q.device)
-    fused = not fixed and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
