@@ -1,7 +1,8 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the in-place plan against the planner launch; earlier: the fused merge, PDL, combine shapes, split tiles).
+switches buys (here: the partial grid with a chunk's KV heads dispatched together, against fixed splits with no planner
+and the single pass; earlier: the in-place plan, the fused merge, PDL, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
-torch.profiler); prints the best variant per row last.
+torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
 
     python scripts/perf_probe.py            # all rows
 """
@@ -18,20 +19,29 @@ from flashdecode.bench import Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
+from flashdecode.triton_single import decode_single
 
 ROWS = [
-    Row([4096] * 16, 12, 2), Row([2048] * 8, 28, 4), Row([4096] * 16, 12, 12), Row([1024] * 16, 32, 8),
-    Row([8192] * 5, 28, 4), Row([2048] * 12, 12, 2), Row([1024] * 64, 12, 2), Row([256] * 256, 12, 2),
-    Row([131072] + [1024] * 63, 32, 8), Row([2048] * 40, 12, 2),
+    Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([131072], 12, 12),
+    Row([8192], 32, 32), Row([32768], 32, 32), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
+    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
+    Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
 ]  # fmt: skip
-# (name, module attributes to set); the first is the baseline
+# (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
+# it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
-    ("rule", dict()),
-    ("fused-always", dict(FUSED_EXPECTED_CHUNKS=10**6)),
+    ("rule", dict(), "planned"),
+    ("heads_first", dict(PARTIAL_HEADS_FIRST=True), "planned"),
+    ("fixed", dict(), "fixed"),
+    ("single", dict(), "single"),
 ]
+# the single pass only where its grid is at least one program per SM and no sequence is long
+SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
+# variants whose per-kernel GPU time goes to profile.txt
+PROFILED = ()
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS")}  # fmt: skip
+             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -68,13 +78,24 @@ def main():
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         results = []
-        for name, attrs in VARIANTS:
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        runs = []
+        for name, attrs, mode in VARIANTS:
+            if mode == "fixed":
+                pairs = row.batch * row.num_kv_heads
+                runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
+            elif mode != "single" or row.name() in SINGLE_ROWS:
+                runs.append((name, attrs, mode))
+        for name, attrs, mode in runs:
             set_variant(attrs)
             it = itertools.cycle(copies)
             out = torch.empty_like(c.q)
 
             def fn():
-                return triton_splitk.decode_splitk(*next(it).args, 128**-0.5, out, None)
+                if mode == "single":
+                    return decode_single(*next(it).args, 128**-0.5, out, None, num_sms=sms)
+                splits = None if mode == "planned" else mode
+                return triton_splitk.decode_splitk(*next(it).args, 128**-0.5, out, None, num_splits=splits)
 
             try:
                 err = max_err(fn()[0], ref)
@@ -88,13 +109,12 @@ def main():
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in ("rule", "fused-always"):
+            if name in PROFILED:
                 profile_row(row, fn, prof_log)
-        by = {r["variant"]: r["us"] for r in results}
-        table.append(f"{row.name():<22}" + "".join(f"{by.get(v[0], float('nan')):>15.1f}" for v in VARIANTS))
+        table.append(f"{row.name():<22}" + "  ".join(f"{r['variant']} {r['us']:.1f}" for r in results))
         print(table[-1], flush=True)
     set_variant({})
-    print(f"\n{'row':<22}" + "".join(f"{v[0]:>15}" for v in VARIANTS))
+    print()
     for line in table:
         print(line)
 

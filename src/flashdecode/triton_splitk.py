@@ -107,6 +107,9 @@ _PARTIAL_PLAN_ARGS = ("num_sms", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
 MERGE_UNROLL = 2
+# planned partial grid (Hkv * head blocks, chunk slots): the KV heads of one chunk are dispatched together, as in the
+# single pass (whose programs read whole token rows between them), and unused slots come last. False: (slots, heads)
+PARTIAL_HEADS_FIRST = False
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -295,7 +298,7 @@ def store_chunk(
 
 @triton.jit
 def merge_if_last(
-    O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq, kv_head, head_block, batch, max_chunks,
+    O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, slot, seq, kv_head, head_block, batch, max_chunks,
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
@@ -305,12 +308,12 @@ def merge_if_last(
     sequence's chunk programs (for this KV head and head block) to arrive merges all of them into OUT / LSE, if the
     sequence has at most FUSED_MAX chunks (longer ones are left to _combine_kernel). Publishing: every thread's
     stores, a CTA barrier, then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter the
-    planner zeroed; the program that finds count - 1 earlier arrivals has acquired every partial and reads them from
-    L2 (.cg), in chunk order, UNROLL chunks per step (the result does not depend on the arrival order)."""
+    planner zeroed (``slot``: sequence * Hkv * head blocks + KV head * head blocks + head block); the program that finds
+    count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL chunks
+    per step (the result does not depend on the arrival order)."""
     first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
     if count <= FUSED_MAX:
         tl.debug_barrier()
-        slot = seq * tl.num_programs(1) + tl.program_id(1)
         arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
         if arrived == count - 1:
             row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
@@ -405,6 +408,7 @@ def _partial_kernel(
     KV_FP8: tl.constexpr,
     SCALE_PTR: tl.constexpr,
     PREFETCH_PAGES: tl.constexpr,
+    HEADS_FIRST: tl.constexpr,
     USE_PDL: tl.constexpr,
     FUSED_MAX: tl.constexpr,
     MERGE_UNROLL: tl.constexpr,
@@ -416,16 +420,25 @@ def _partial_kernel(
     SATURATION: tl.constexpr,
     OVERHEAD: tl.constexpr,
 ):
-    chunk_id = tl.program_id(0)
-    kv_head = tl.program_id(1) // HEAD_BLOCKS
-    head_block = tl.program_id(1) % HEAD_BLOCKS
+    # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
+    # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
+    if HEADS_FIRST:
+        chunk_id = tl.program_id(1)
+        head_id = tl.program_id(0)
+        num_head_ids = tl.num_programs(0)
+    else:
+        chunk_id = tl.program_id(0)
+        head_id = tl.program_id(1)
+        num_head_ids = tl.num_programs(1)
+    kv_head = head_id // HEAD_BLOCKS
+    head_block = head_id % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
 
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
-            SEQLENS, stride_sl, chunk_id, 0, batch, tl.num_programs(1) // HEAD_BLOCKS, num_sms, max_chunks, window,
+            SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, num_sms, max_chunks, window,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
         )  # fmt: skip
         single = count == 1
@@ -451,7 +464,8 @@ def _partial_kernel(
     )  # fmt: skip
     if FUSED_MAX > 0 and not single:
         merge_if_last(
-            O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq, kv_head, head_block, batch, max_chunks,
+            O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq * num_head_ids + head_id, seq, kv_head, head_block,
+            batch, max_chunks,
             stride_ob, stride_ot, stride_oh, num_q_heads,
             GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL,
         )  # fmt: skip
@@ -782,7 +796,10 @@ def decode_splitk(
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    _partial_kernel[(chunks, num_kv_heads * head_blocks)](
+    # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
+    heads_first = PARTIAL_HEADS_FIRST and not fixed
+    grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
+    _partial_kernel[grid](
         q4, k_cache, v_cache, cache_seqlens, block_table, plan, plan if counters is None else counters, o_part,
         lse_part, out4, lse_arg,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch, max_chunks=chunks,
@@ -792,8 +809,8 @@ def decode_splitk(
         stride_sl=cache_seqlens.stride(0), stride_btb=block_table.stride(0), stride_btp=block_table.stride(1),
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
-        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, USE_PDL=pdl,
-        FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
+        DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
+        USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **({k: inline[k] for k in _PARTIAL_PLAN_ARGS} if inline else _NO_INLINE_PARTIAL),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
