@@ -1,6 +1,7 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the partial grid with a chunk's KV heads dispatched together, against fixed splits with no planner
-and the single pass; earlier: the in-place plan, the fused merge, PDL, combine shapes, split tiles).
+switches buys (here: the planner's target by tile against 4 programs per SM, the combine reading the published chunk
+columns against planning again, the partial grid with a chunk's KV heads dispatched together, fixed splits with no
+planner and the single pass; earlier: the in-place plan, the fused merge, PDL, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
 torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
 
@@ -31,6 +32,8 @@ ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
+    ("sat4", dict(PLANNER_SATURATION=None), "planned"),
+    ("replan", dict(COMBINE_PLANS_IN_PLACE=True), "planned"),
     ("heads_first", dict(PARTIAL_HEADS_FIRST=True), "planned"),
     ("fixed", dict(), "fixed"),
     ("single", dict(), "single"),
@@ -41,7 +44,8 @@ SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
 PROFILED = ()
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST")}  # fmt: skip
+             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
+             "COMBINE_PLANS_IN_PLACE")}  # fmt: skip
 
 
 def set_variant(attrs):

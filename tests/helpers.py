@@ -40,6 +40,16 @@ def reference_of(c, **kwargs):
     return reference_dense(*c.args, **kwargs)
 
 
+def planned_saturation(c, q_len=1):
+    """The programs per SM the split-K planner aims at for case c's tile (what ``chunk_plan`` must be given to cut
+    as the kernel does)."""
+    from flashdecode.triton_splitk import split_config
+
+    hkv, d = c.k_cache.shape[2], c.q.shape[-1]
+    group = c.q.shape[-2] // hkv
+    return split_config(d, group, c.q.dtype, q_len, c.k_cache.element_size(), hkv, False)[1]
+
+
 def check_planned_partials(c, chunks, out, lse, o_part, lse_part, scale, head_dim):
     """A planned run against the float64 mirror: a long sequence cut into several chunks, the short ones whole
     (seq 0 one chunk, the empty seq 3 one empty chunk); each multi-chunk partial and LSE matches the mirror (single-chunk sequences go

@@ -50,14 +50,15 @@ FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=Tru
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
-            INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False)
+            INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
+            HEADS_FIRST=False, NUM_SMS=132)
 INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16)
 PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
     for q_len in (1, 4):
         ptx = compile_sm90(triton_splitk._plan_kernel, dict(
             BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64,
-            HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True)).asm["ptx"]
+            HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True, NUM_SMS=132)).asm["ptx"]
         assert "griddepcontrol.launch_dependents" in ptx
 for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
               dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES),
@@ -75,7 +76,7 @@ for sinks, inline in ((False, False), (True, False), (True, True)):
     ptx = compile_sm90(triton_splitk._combine_kernel, dict(
         NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, HAS_SINKS=sinks,
         USE_PDL=True, MERGED_MAX=64, INLINE_PLAN=inline, BLOCK_B=16, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16,
-        SATURATION=4, OVERHEAD=32, HAS_WINDOW=inline, Q_LEN=1)).asm["ptx"]
+        SATURATION=4, OVERHEAD=32, HAS_WINDOW=inline, Q_LEN=1, NUM_SMS=132)).asm["ptx"]
     assert "griddepcontrol.wait" in ptx
 print("compiled")
 """
@@ -107,7 +108,8 @@ BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT
             WRITE_LSE=False, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, NUM_SPLITS=0, FUSED_MAX=0,
             MERGE_UNROLL=triton_splitk.MERGE_UNROLL, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1,
-            SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False)
+            SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
+            HEADS_FIRST=False, NUM_SMS=132)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
 variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]

@@ -4,7 +4,7 @@ window never read (they are NaN here), and the planner cuts only the visible tok
 import pytest
 import torch
 from feature_helpers import RUN_IDS, RUNS, check
-from helpers import case, lse_err, max_err
+from helpers import case, lse_err, max_err, planned_saturation
 
 from flashdecode import decode_attention
 from flashdecode.reference import reference_dense
@@ -77,7 +77,8 @@ def test_planned_window_partials_match_mirror(device):
         features=_window_features(window),
     )  # fmt: skip
     num_cand = num_candidates(c.block_table.shape[1] * 16, block_n)
-    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(3, 2, num_sms), block_n, num_cand, window)
+    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(3, 2, num_sms), block_n, num_cand, window,
+                        saturation=planned_saturation(c))  # fmt: skip
     assert sum(1 for b, _, _ in chunks if b == 0) > 1 and chunks[0][1] == 300 - 1 - window
     ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
     multi = torch.tensor([b == 0 for b, _, _ in chunks])

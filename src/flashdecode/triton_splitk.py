@@ -65,10 +65,22 @@ from .triton_common import (
 )
 from .triton_single import as_rows
 
-__all__ = ["decode_splitk", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan", "splitk_partials_mirror"]
+__all__ = [
+    "decode_splitk", "split_config", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan",
+    "splitk_partials_mirror",
+]  # fmt: skip
 
-# planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth...
+# planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth (the
+# default, and the scale of the grid and of the merge rule; the planner's own target comes from PLANNER_SATURATION)...
 SATURATION_PER_SM = 4
+# ...by partial tile (planner_saturation). H200, fixed splits at 5c9ac48 (scripts/perf_probe.py, graph µs):
+# "mha": the 128-token, 2-stage tile of groups < 4, of which 3 fit an SM: 12/12 rows with 384 programs 97.5-98.3, with
+#   768 (the old target's pick) 100.5-103.2;
+# "small_group": SMALL_GROUP_SPLIT_TILE: 1 x 8192 32/32 with 512 programs 38.6, 256: 47.6; 1 x 32768: 128.3, 165.2;
+# "grouped": groups >= 4: 8 x 2048 28/4 with 256 programs 14.7, 512: 14.8; 64 x 1024 12/2 256: 23.2, 512: 24.7,
+#   1024: 29.8; 16 x 4096 12/2 256: 23.9, 512: 23.6.
+# None: SATURATION_PER_SM for every tile (measurements)
+PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=2)
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
 CHUNK_OVERHEAD_TOKENS = 32
 # chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more)
@@ -101,8 +113,11 @@ FUSED_EXPECTED_CHUNKS = 8
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
+# the combine of an in-place-planned call computes the cut again (True) instead of reading the (first chunk, count)
+# columns its partial programs published (False; measurements)
+COMBINE_PLANS_IN_PLACE = False
 # the inline-planner arguments the partial kernel takes (it has BLOCK_N, HAS_WINDOW, Q_LEN, window... already)
-_PARTIAL_PLAN_ARGS = ("num_sms", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_CAND", "SATURATION", "OVERHEAD")
+_PARTIAL_PLAN_ARGS = ("NUM_SMS", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_CAND", "SATURATION", "OVERHEAD")
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -116,7 +131,7 @@ DETERMINISTIC_SPLIT_TOKENS = 1024
 
 @triton.jit
 def _chunk_layout(
-    SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks, window,
+    SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
@@ -128,12 +143,13 @@ def _chunk_layout(
     Candidate chunk sizes C_k = BLOCK_N * 2^k. With P_k = Hkv * sum_b ceil(L_b / C_k) programs on S SMs, an SM runs
     ceil(P_k / S) of them one after another and needs SATURATION resident ones to reach its share of the bandwidth,
     so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). The cheapest feasible
-    candidate (P_k / Hkv <= max_chunks, the grid's slots) wins, ties to the larger chunk.
-    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b).
+    candidate (P_k / Hkv <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a compile-time
+    constant (one per device), so the division by it is a multiply and a shift.
+    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
     """
     offs_b = tl.arange(0, BLOCK_B)
-    lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
-    lens = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
+    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
     cand = BLOCK_N << offs_k
@@ -142,19 +158,19 @@ def _chunk_layout(
     # every sequence gets at least one chunk: an empty one's single empty chunk writes out = 0, lse = -inf itself
     per_seq = tl.where(offs_b < batch, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
     count = tl.sum(per_seq, axis=1).to(tl.int64)
-    per_sm = tl.cdiv(count * num_kv_heads, num_sms)
+    per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
     cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
     chunk = BLOCK_N << k_best.to(tl.int32)
     n = tl.where(offs_b < batch, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
-    return chunk, n, tl.cumsum(n, axis=0), offs_b
+    return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens
 
 
 @triton.jit
 def _plan_kernel(
-    SEQLENS, PLAN, COUNTERS, num_counters, batch, num_kv_heads, num_sms, max_chunks, stride_sl, window,
+    SEQLENS, PLAN, COUNTERS, num_counters, batch, num_kv_heads, max_chunks, stride_sl, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
     Q_LEN: tl.constexpr, USE_PDL: tl.constexpr,
@@ -164,8 +180,8 @@ def _plan_kernel(
     sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Also zeroes the num_counters int32
     COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I."""
     let_next_start(USE_PDL)
-    chunk, n, incl, offs_b = _chunk_layout(
-        SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks, window,
+    chunk, n, incl, offs_b, lens = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
     )  # fmt: skip
     stride = max_chunks + batch
@@ -174,7 +190,6 @@ def _plan_kernel(
     seq = tl.sum((incl[None, :] <= offs_i[:, None]).to(tl.int32), axis=1)
     pick = offs_b[None, :] == seq[:, None]
     first = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1)
-    lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
     seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
     start = window_starts(seqlen, window, HAS_WINDOW, Q_LEN) + (offs_i - first) * chunk
     mask_i = offs_i < max_chunks
@@ -192,23 +207,24 @@ def _plan_kernel(
 
 @triton.jit
 def inline_chunk(
-    SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, num_sms, max_chunks, window,
+    SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
     sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
-    writes; an unused slot has seq = B."""
-    chunk, n, incl, offs_b = _chunk_layout(
-        SEQLENS, stride_sl, batch, num_kv_heads, num_sms, max_chunks, window,
+    writes; an unused slot has seq = B (and seqlen 0)."""
+    chunk, n, incl, offs_b, seqlens = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
     first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
     count = tl.sum(tl.where(pick, n, 0), axis=0)
-    seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
+    # from the lengths already in registers: a second global load would sit on every program's critical path
+    seqlen = tl.sum(tl.where(pick, seqlens, 0), axis=0)
     start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (chunk_id - first) * chunk
     return seq, seqlen, start, tl.minimum(start + chunk, seqlen), first, count
 
@@ -412,7 +428,7 @@ def _partial_kernel(
     USE_PDL: tl.constexpr,
     FUSED_MAX: tl.constexpr,
     MERGE_UNROLL: tl.constexpr,
-    num_sms,
+    NUM_SMS: tl.constexpr,
     INLINE_PLAN: tl.constexpr,
     BLOCK_B: tl.constexpr,
     LOG2_BLOCK_N: tl.constexpr,
@@ -437,11 +453,16 @@ def _partial_kernel(
     let_next_start(USE_PDL)
 
     if INLINE_PLAN:
-        seq, seqlen, start, end, _, count = inline_chunk(
-            SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, num_sms, max_chunks, window,
+        seq, seqlen, start, end, first, count = inline_chunk(
+            SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
         )  # fmt: skip
         single = count == 1
+        # publish the sequence's (first chunk, count) in the planner's per-sequence columns of PLAN, so that the
+        # combine (which waits for this grid) reads two numbers instead of planning again
+        if chunk_id == first and head_id == 0 and seq < batch:
+            tl.store(PLAN + max_chunks + seq, first)
+            tl.store(PLAN + 2 * max_chunks + batch + seq, count)
     else:
         seq, seqlen, start, end, single = locate_chunk(
             PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
@@ -497,8 +518,8 @@ def _combine_kernel(
     SEQLENS,
     stride_sl,
     num_kv_heads,
-    num_sms,
     window,
+    NUM_SMS: tl.constexpr,
     INLINE_PLAN: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -522,7 +543,7 @@ def _combine_kernel(
     else:
         if INLINE_PLAN:
             _, _, _, _, first, count = inline_chunk(
-                SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, num_sms, max_chunks, window,
+                SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, max_chunks, window, NUM_SMS,
                 BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
             )  # fmt: skip
         else:
@@ -650,8 +671,8 @@ def launch_plan(
     block_i, warps = planner_shape(block_b)
     _plan_kernel[(cdiv(max_chunks, block_i),)](
         cache_seqlens, plan, plan if counters is None else counters, 0 if counters is None else counters.numel(),
-        batch, num_kv_heads, num_sms, max_chunks, cache_seqlens.stride(0),
-        int(features.window_left if features.window_left is not None else 0),
+        batch, num_kv_heads, max_chunks, cache_seqlens.stride(0),
+        int(features.window_left if features.window_left is not None else 0), NUM_SMS=num_sms,
         BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
@@ -661,12 +682,31 @@ def launch_plan(
 
 # the inline-planner arguments of a kernel that reads the plan from PLAN instead (constant, so no recompiles)
 _NO_INLINE_PLAN = dict(
-    stride_sl=0, num_kv_heads=1, num_sms=1, window=0, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4,
+    stride_sl=0, num_kv_heads=1, NUM_SMS=1, window=0, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4,
     NUM_CAND=1, SATURATION=1, OVERHEAD=0, HAS_WINDOW=False, Q_LEN=1,
 )  # fmt: skip
 
 
 _NO_INLINE_PARTIAL = {k: _NO_INLINE_PLAN[k] for k in _PARTIAL_PLAN_ARGS}
+
+
+def split_config(
+    head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, fused: bool
+) -> tuple[dict, int]:  # fmt: skip
+    """(partial kernel launch config, programs per SM the planner aims at) for one call's shapes.
+
+    The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks), and
+    with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
+    planner's target comes from PLANNER_SATURATION by tile class: "grouped" (q_len x group >= 4), "small_group"
+    (the split tile above) or "mha" (the 128-token tile of the other small groups)."""
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
+    row_bytes = num_kv_heads * head_dim * kv_itemsize
+    small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
+    small = small and row_bytes & (row_bytes - 1) == 0
+    if small:
+        cfg.update(SMALL_GROUP_SPLIT_TILE)
+    tile = "grouped" if q_len * group >= 4 else ("small_group" if small else "mha")
+    return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM)
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
@@ -687,14 +727,14 @@ def inline_block_b(batch: int) -> int:
     return next_power_of_2(batch) if batch <= 2 else max(8, next_power_of_2(batch))
 
 
-def inline_plan_args(cache_seqlens, num_kv_heads, num_sms, block_n, num_cand, features) -> dict:
+def inline_plan_args(cache_seqlens, num_kv_heads, num_sms, block_n, num_cand, features, saturation) -> dict:
     """Keyword arguments for kernels that compute the planned cut in place (``inline_chunk``): the planner's
     inputs."""
     return dict(
-        SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads, num_sms=num_sms,
+        SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads, NUM_SMS=num_sms,
         window=int(features.window_left if features.window_left is not None else 0), INLINE_PLAN=True,
         BLOCK_B=inline_block_b(cache_seqlens.shape[0]), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
-        NUM_CAND=num_cand, SATURATION=SATURATION_PER_SM, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len,
     )  # fmt: skip
 
@@ -756,12 +796,7 @@ def decode_splitk(
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     fused = num_splits is None and not split_tokens and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
-    # short chunks (no fused merge) take the prefetching short tile where it applies
-    cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), prefetch=not fused)
-    row_bytes = num_kv_heads * head_dim * k_cache.element_size()
-    small_group = q_len * group < 4 and cfg["BLOCK_D"] <= 128 and row_bytes & (row_bytes - 1) == 0
-    if SMALL_GROUP_SPLIT_TILE and small_group:
-        cfg.update(SMALL_GROUP_SPLIT_TILE)
+    cfg, saturation = split_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused)
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     max_tokens = block_table.shape[1] * page_size
@@ -786,12 +821,13 @@ def decode_splitk(
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
-        inline = inline_plan_args(cache_seqlens, num_kv_heads, num_sms, cfg["BLOCK_N"], num_cand, features)
+        inline = inline_plan_args(cache_seqlens, num_kv_heads, num_sms, cfg["BLOCK_N"], num_cand, features, saturation)
     if fixed or inline:
-        plan = cache_seqlens if inline else torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
+        # in place: the partial programs publish each sequence's (first chunk, count) in the planner's layout
+        plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     else:
         plan = launch_plan(
-            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, SATURATION_PER_SM, pdl, features,
+            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
             counters,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
@@ -817,7 +853,8 @@ def decode_splitk(
     if combine:
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
-            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=inline,
+            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1,
+            inline=inline if COMBINE_PLANS_IN_PLACE else None,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
