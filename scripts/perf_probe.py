@@ -1,7 +1,8 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the planner's target by tile against 4 programs per SM, the combine reading the published chunk
-columns against planning again, the partial grid with a chunk's KV heads dispatched together, fixed splits with no
-planner and the single pass; earlier: the in-place plan, the fused merge, PDL, combine shapes, split tiles).
+switches buys (here: the slot plan with 4 or 2 programs per SM for the grouped tiles, with the chunk slots first in
+the grid rather than the KV heads, against fixed splits and the single pass; earlier: the planner's target by tile,
+the combine reading the published chunk columns, the heads-first grid, the in-place plan, the fused merge, PDL,
+combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
 torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
 
@@ -32,9 +33,8 @@ ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("sat4", dict(PLANNER_SATURATION=None), "planned"),
-    ("replan", dict(COMBINE_PLANS_IN_PLACE=True), "planned"),
-    ("heads_first", dict(PARTIAL_HEADS_FIRST=True), "planned"),
+    ("grouped2", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=2)), "planned"),
+    ("slots_first", dict(PARTIAL_HEADS_FIRST=False), "planned"),
     ("fixed", dict(), "fixed"),
     ("single", dict(), "single"),
 ]
@@ -43,9 +43,8 @@ SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
 # variants whose per-kernel GPU time goes to profile.txt
 PROFILED = ()
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
-            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "COMBINE_PLANS_IN_PLACE")}  # fmt: skip
+            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "PARTIAL_HEADS_FIRST",
+             "PLANNER_SATURATION")}  # fmt: skip
 
 
 def set_variant(attrs):

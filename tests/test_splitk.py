@@ -4,6 +4,8 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from helpers import (
     case,
     check_planned_partials,
@@ -18,12 +20,12 @@ from helpers import (
 
 from flashdecode import decode_attention
 from flashdecode.triton_splitk import (
-    chunk_plan,
     decode_splitk,
+    plan_grid,
+    planned_chunk,
+    slot_plan,
     split_bounds,
     splitk_partials_mirror,
-    grid_chunks,
-    num_candidates,
 )
 
 
@@ -57,21 +59,15 @@ def test_partials_match_mirror_fixed_splits(device):
 
 
 @pytest.mark.parametrize(
-    "num_sms,inline_max,combine", [(8, 16, False), (64, 16, True), (64, 0, True)], ids=["fused", "inline", "planner"]
+    "num_sms,heads_first", [(2, True), (2, False), (64, True)], ids=["overflow", "slots-first", "wide"]
 )
-def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, monkeypatch):
-    """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
-    single-chunk sequences go straight to the output. Three ways to run the cut: B * Hq >= #SMs merges in the
-    partial kernel (planner kernel, no combine launch); fewer pairs with a small batch plan in place (no planner
-    launch: ``inline_chunk``); or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0)."""
+def test_partials_match_mirror_planned(num_sms, heads_first, device, monkeypatch):
+    """Planned mode: every program derives the cut from the lengths; a long sequence among short ones gets several
+    chunks (at 2 SMs some in the overflow slots), each chunk's partial matches the float64 mirror of ``slot_plan``,
+    single-chunk sequences go straight to the output, in either grid order."""
     from flashdecode import triton_splitk
 
-    monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
-    launched = {"plan": 0, "combine": 0}
-    for name in launched:
-        real = getattr(triton_splitk, f"launch_{name}")
-        monkeypatch.setattr(triton_splitk, f"launch_{name}",
-                            lambda *a, _real=real, _name=name, **k: launched.__setitem__(_name, 1) or _real(*a, **k))
+    monkeypatch.setattr(triton_splitk, "PARTIAL_HEADS_FIRST", heads_first)
     lens = [3, 700, 20, 0, 64]
     c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=13)
     out = torch.full_like(c.q, float("nan"))
@@ -80,40 +76,55 @@ def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, mon
     _, _, o_part, lse_part = decode_splitk(
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
     )
-    max_tokens = c.block_table.shape[1] * 16
-    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(len(lens), 2, num_sms), block_n, num_candidates(max_tokens, block_n),
-                        saturation=planned_saturation(c))  # fmt: skip
+    target = planned_saturation(c) * num_sms
+    slots_per_seq, slots = plan_grid(len(lens), 2, target)
+    chunks = slot_plan(lens, 2, slots_per_seq, slots, block_n, target)
+    overflow = any(chunk is not None for chunk in chunks[len(lens) * slots_per_seq :])
+    assert overflow == (num_sms == 2)
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
-    assert launched == {"plan": int(inline_max == 0 or not combine), "combine": int(combine)}
 
 
-def test_chunk_plan_covers_every_token_within_the_grid():
-    for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64):
-        for hkv, sms in ((1, 8), (8, 132), (2, 132)):
-            slots = grid_chunks(len(lens), hkv, sms)
-            plan = chunk_plan(lens, hkv, sms, slots, 64, num_candidates(max(lens), 64))
-            assert len(plan) <= slots
+LENGTH_SETS = ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64, [0, 0, 9000], [17] * 3)
+
+
+def test_slot_plan_covers_every_token_within_the_grid():
+    """Any lengths, heads and targets: the cut fits the grid, covers each sequence's tokens once on tile edges,
+    gives an empty sequence exactly one empty chunk, and a uniform batch no overflow slot."""
+    for lens in LENGTH_SETS:
+        for hkv, target in ((1, 8), (8, 528), (2, 528), (12, 396), (32, 2)):
+            slots_per_seq, slots = plan_grid(len(lens), hkv, target)
+            plan = slot_plan(lens, hkv, slots_per_seq, slots, 64, target)
+            assert len(plan) == slots, (lens, hkv, target)
             for b, n in enumerate(lens):
-                covered = [t for s, start, end in plan if s == b for t in range(start, end)]
-                assert covered == list(range(n))
-            assert all(start % 64 == 0 and (end > start or lens[b] == 0) for b, start, end in plan)
-            # every sequence has a chunk, an empty one exactly one empty chunk (its program writes out = 0)
-            assert sorted({b for b, _, _ in plan}) == list(range(len(lens)))
-            assert all((b, 0, 0) in plan and sum(1 for s, _, _ in plan if s == b) == 1 for b, n in enumerate(lens) if n == 0)
+                mine = sorted(chunk[1:] for chunk in plan if chunk is not None and chunk[0] == b)
+                assert [t for start, end in mine for t in range(start, end)] == list(range(n))
+                assert all(start % 64 == 0 and (end > start or n == 0) for start, end in mine)
+                assert len(mine) >= 1 and (n > 0 or mine == [(0, 0)])
+            if len(set(lens)) == 1:
+                assert all(chunk is None for chunk in plan[len(lens) * slots_per_seq :])
 
 
-def test_planner_choices():
-    """The cost model splits a lone long sequence, keeps a full uniform batch whole, and splits the long member of
-    a ragged batch while the short ones stay whole."""
+def test_planner_choices_on_the_anchor_rows():
+    """The cut the H200 (132 SMs) gets on anchor rows (targets from split_config: 3 programs per SM for the MHA
+    tile, 4 otherwise): the 12/12 rows 384 programs of equal chunks whatever the batch (fixed splits measured
+    97.5-98.3 us there, 768 programs 100.5-103.2), a uniform batch that fills the GPU one chunk per sequence, and
+    the long member of the ragged batch split while the short ones stay whole."""
 
-    def per_seq(lens, hkv):
-        plan = chunk_plan(lens, hkv, 132, grid_chunks(len(lens), hkv, 132), 64, num_candidates(max(lens), 64))
-        return [sum(1 for b, _, _ in plan if b == s) for s in range(len(lens))]
+    def programs(lens, hkv, block_n, per_sm):
+        slots_per_seq, slots = plan_grid(len(lens), hkv, per_sm * 132)
+        plan = [chunk for chunk in slot_plan(lens, hkv, slots_per_seq, slots, block_n, per_sm * 132) if chunk]
+        return hkv * len(plan), sorted({end - start for _, start, end in plan})
 
-    assert per_seq([65536], 12)[0] >= 32
-    assert per_seq([4096] * 64, 8) == [1] * 64
-    ragged = per_seq([131072] + [1024] * 63, 8)
-    assert ragged[0] >= 64 and set(ragged[1:]) == {1}
+    for lens in ([4096] * 16, [16384] * 4, [65536]):
+        assert programs(lens, 12, 128, 3) == (384, [2048])
+    assert programs([131072], 12, 128, 3) == (384, [4096])
+    assert programs([4096] * 64, 8, 32, 4) == (512, [4096])
+    assert programs([2048] * 8, 4, 32, 4) == (512, [128])
+    assert programs([8192], 32, 64, 4) == (512, [512])
+    slots_per_seq, slots = plan_grid(64, 8, 528)
+    ragged = slot_plan([131072] + [1024] * 63, 8, slots_per_seq, slots, 32, 528)
+    per_seq = [sum(1 for chunk in ragged if chunk and chunk[0] == b) for b in range(64)]
+    assert per_seq[0] >= 32 and set(per_seq[1:]) == {1}
 
 
 def test_split_bounds_cover_sequence_on_tile_edges():
@@ -126,10 +137,11 @@ def test_split_bounds_cover_sequence_on_tile_edges():
             assert all(start % 16 == 0 for start, end in bounds if end > start)
 
 
-def test_grid_chunks_sized_from_batch_and_sms():
-    assert grid_chunks(batch=4, num_kv_heads=8, num_sms=132) == 4 + 132
-    assert grid_chunks(batch=1, num_kv_heads=2, num_sms=132) == 1 + 528
-    assert num_candidates(131072, 64) == 16 and num_candidates(64, 64) == 2
+def test_plan_grid_sized_from_batch_and_sms():
+    """S = ceil(target / (B * Hkv)) slots per sequence, then room for the overflow of any lengths."""
+    assert plan_grid(batch=4, num_kv_heads=8, target=528) == (17, 4 * 17 + 66 + 1 - 17)
+    assert plan_grid(batch=1, num_kv_heads=2, target=528) == (264, 264 + 1)
+    assert plan_grid(batch=600, num_kv_heads=8, target=528) == (1, 600 + 66)
 
 
 def test_auto_rule(device, monkeypatch):
@@ -228,72 +240,69 @@ def test_tuning_switches_keep_the_result(device, monkeypatch):
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
-@pytest.mark.parametrize(
-    "fused,fused_max,inline_max,launches",
-    [(True, 64, 16, 0), (True, 3, 16, 1), (False, 64, 16, 1), (False, 64, 0, 1)],
-    ids=["last-program-merges", "both-ways", "combine-launch-inline-plan", "combine-launch-planner"],
-)
-def test_planned_merge_fused_or_launched(fused, fused_max, inline_max, launches, device, monkeypatch):
-    """A planned cut merged every way matches the float64 reference: by the last chunk program of each (sequence,
-    head block) to finish (``merge_if_last``, when B * q_len * Hq >= #SMs, for sequences of at most
-    FUSED_MAX_CHUNKS chunks), by the combine launch, or both in one call (at most 3 chunks fused: the 130-token
-    sequence's 3 chunks merge in the partial kernel, the 300-token one's 5 in the combine), with the cut from the
-    planner kernel or, for a combine launch on this small batch, computed in place. Ragged lengths with an
-    empty sequence, two query tokens, 80 rows per KV head (two head blocks), sinks and the LSE, NaN-filled outputs.
-    The combine is launched exactly when the table could hold a sequence the fused merge leaves to it."""
+def test_planned_cut_with_query_tokens_head_blocks_and_sinks(device, monkeypatch):
+    """The planned cut on ragged lengths with an empty sequence, two query tokens, 80 rows per KV head (two head
+    blocks), sinks and the LSE, NaN-filled outputs: matches the float64 reference; the 300-token and 130-token
+    sequences are merged by the one combine launch, the empty one gets zeros and the sink's LSE."""
     from feature_helpers import check
     from test_multitoken import multi_case
 
     from flashdecode import triton_splitk
+    from flashdecode.api import _num_sms
 
-    monkeypatch.setattr(triton_splitk, "FUSED_COMBINE", fused)
-    # this batch expects many chunks per sequence: the rule would not fuse it by itself
-    monkeypatch.setattr(triton_splitk, "FUSED_EXPECTED_CHUNKS", 10**6)
-    monkeypatch.setattr(triton_splitk, "FUSED_MAX_CHUNKS", fused_max)
-    monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
     launched = []
     real = triton_splitk.launch_combine
     monkeypatch.setattr(triton_splitk, "launch_combine", lambda *a, **k: launched.append(1) or real(*a, **k))
-    args = multi_case([300, 0, 37, 130], 2, 40, 1, 64, 16, torch.float32, device, seed=61)
-    plan = chunk_plan([300, 0, 37, 130], 1, 16, grid_chunks(4, 1, 16), 64, num_candidates(args[4].shape[1] * 16, 64))
-    assert [sum(1 for b, _, _ in plan if b == s) for s in range(4)] == [5, 1, 1, 3]
+    lens = [300, 0, 37, 130]
+    args = multi_case(lens, 2, 40, 1, 64, 16, torch.float32, device, seed=61)
+    cfg, per_sm = triton_splitk.split_config(64, 40, torch.float32, 2, 4, 1)
+    target = per_sm * _num_sms(args[0].device)
+    plan = slot_plan(lens, 1, *plan_grid(4, 1, target), cfg["BLOCK_N"], target, q_len=2)
+    assert [sum(1 for chunk in plan if chunk and chunk[0] == b) for b in range(4)] == [5, 1, 1, 3]
     sinks = torch.linspace(-1.0, 2.0, 40, device=device)
     out, lse = check(args, "triton_splitk", None, sinks=sinks)
-    assert len(launched) == launches
+    assert len(launched) == 1
     assert torch.equal(out[1].cpu(), torch.zeros_like(out[1].cpu()))
     assert torch.allclose(lse[1].cpu(), sinks.cpu().expand(2, -1))
 
 
-@pytest.mark.parametrize("batch", [1, 9, 40, 300], ids=lambda b: f"B{b}")
-def test_planner_kernel_writes_the_mirrors_cut(batch, device):
-    """The planner kernel's cut equals ``chunk_plan``'s entry by entry, at batch sizes that use every planner shape
-    (64 slots x 4 warps per program down to 4 slots x 1 warp): (sequence, start, end) per used chunk slot, unused
-    slots marked with sequence B, and each sequence's first chunk and chunk count."""
-    from flashdecode.triton_splitk import SATURATION_PER_SM, launch_plan
+@triton.jit
+def _cut_kernel(SEQLENS, CHUNKS, CUT, batch, num_kv_heads, slots_per_seq, slots, window,
+                BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, TARGET: tl.constexpr, HAS_WINDOW: tl.constexpr):
+    """CUT [3, slots] = (sequence, start, end) of every slot, as ``planned_chunk`` cuts inside the partial kernel."""
+    slot = tl.program_id(0)
+    seq, _, start, end, _ = planned_chunk(
+        SEQLENS, CHUNKS, 1, slot, True, batch, num_kv_heads, slots_per_seq, window,
+        BLOCK_B, BLOCK_N, TARGET, HAS_WINDOW, 1,
+    )  # fmt: skip
+    tl.store(CUT + slot, seq)
+    tl.store(CUT + slots + slot, start)
+    tl.store(CUT + 2 * slots + slot, end)
 
+
+@pytest.mark.parametrize("batch,window", [(1, None), (9, None), (40, 7000), (300, None)], ids=lambda v: str(v))
+def test_in_kernel_cut_equals_the_mirror(batch, window, device):
+    """``planned_chunk`` (what every partial program runs) cuts exactly as ``slot_plan``, slot by slot, overflow
+    slots included, and the chunk-0 programs publish each sequence's (chunk count, first overflow slot) for the
+    combine."""
     g = torch.Generator().manual_seed(batch)
     lens = torch.randint(0, 3000, (batch,), generator=g)
     lens[0] = 0
-    hkv, sms, block_n = 2, 16, 64
-    slots, num_cand = grid_chunks(batch, hkv, sms), num_candidates(3000, block_n)
-    plan = launch_plan(lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM).cpu()
-    expect = chunk_plan(lens.tolist(), hkv, sms, slots, block_n, num_cand)
-    assert [tuple(plan[:3, i].tolist()) for i in range(len(expect))] == expect
-    assert (plan[0, len(expect) : slots] == batch).all()
-    counts = [sum(1 for b, _, _ in expect if b == s) for s in range(batch)]
-    firsts = [sum(counts[:s]) for s in range(batch)]
-    assert plan[1, slots:].tolist() == counts and plan[0, slots:].tolist() == firsts
-
-
-def test_merge_in_partial_rule_on_the_anchor_rows():
-    """The shapes-only rule on an H200 (132 SMs): merge in the last partial program when the batch gives few chunks
-    per sequence (probes 6e71525 and 505aa6e: 64 x 1024 12/2 33.0 -> 26.8 us, 16 x 1024 32/8 31.3 -> 26.6), a combine
-    launch when few (sequence, row) pairs or many chunks each (16 x 4096 12/2 28.1 -> 26.9 that way)."""
-    from flashdecode.triton_splitk import merge_in_partial
-
-    def fused(b, hq, hkv):
-        return merge_in_partial(b, 1, hq, hkv, 132)
-
-    assert fused(256, 12, 2) and fused(64, 12, 2) and fused(16, 32, 8) and fused(64, 32, 8) and fused(16, 12, 12)
-    assert not fused(16, 12, 2) and not fused(8, 28, 4) and not fused(12, 12, 2) and not fused(5, 28, 4)
-    assert not fused(1, 12, 2) and not fused(4, 12, 12) and not fused(1, 32, 32)
+    if batch > 1:
+        lens[1] = 200000
+    hkv, target, block_n = 2, 64, 64
+    slots_per_seq, slots = plan_grid(batch, hkv, target)
+    cut = torch.empty(3, slots, dtype=torch.int32, device=device)
+    chunks = torch.empty(2, batch, dtype=torch.int32, device=device)
+    _cut_kernel[(slots,)](
+        lens.to(torch.int32).to(device), chunks, cut, batch, hkv, slots_per_seq, slots, window or 0,
+        BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, TARGET=target, HAS_WINDOW=window is not None,
+    )  # fmt: skip
+    expect = slot_plan(lens.tolist(), hkv, slots_per_seq, slots, block_n, target, window_left=window)
+    cut = cut.cpu()
+    got = [tuple(cut[:, i].tolist()) if cut[0, i] < batch else None for i in range(slots)]
+    assert got == expect
+    counts = [sum(1 for chunk in expect if chunk and chunk[0] == b) for b in range(batch)]
+    extra = [max(n - slots_per_seq, 0) for n in counts]
+    assert chunks[0].tolist() == counts and chunks[1].tolist() == [sum(extra[:b]) for b in range(batch)]
+    assert batch == 1 or any(extra), "the case must use overflow slots"
