@@ -24,27 +24,25 @@ from flashdecode.reference import reference_dense
 from flashdecode.triton_single import decode_single
 
 ROWS = [
-    Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([131072], 12, 12),
-    Row([8192], 32, 32), Row([32768], 32, 32), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
-    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
-    Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
+    Row([3064] * 64, 32, 8), Row([1024] * 64, 12, 2), Row([256] * 256, 12, 2), Row([2048] * 8, 28, 4),
+    Row([4096] * 16, 12, 12),
 ]  # fmt: skip
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("grouped2", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=2)), "planned"),
-    ("slots_first", dict(PARTIAL_HEADS_FIRST=False), "planned"),
+    ("no_overflow", dict(OVERFLOW_SLOTS=False), "planned"),
+    ("no_pdl", dict(PDL=False), "planned"),
     ("fixed", dict(), "fixed"),
     ("single", dict(), "single"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
 # variants whose per-kernel GPU time goes to profile.txt
-PROFILED = ()
+PROFILED = ("rule", "no_overflow", "no_pdl", "fixed1", "fixed2", "fixed4", "fixed16", "single")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "PARTIAL_HEADS_FIRST",
-             "PLANNER_SATURATION")}  # fmt: skip
+             "PLANNER_SATURATION", "OVERFLOW_SLOTS")}  # fmt: skip
 
 
 def set_variant(attrs):
@@ -55,7 +53,8 @@ def set_variant(attrs):
         setattr(triton_common if k == "PDL" else triton_splitk, k, v)
 
 
-def profile_row(row, fn, log):
+def profile_row(row, name, fn, log):
+    """Per-kernel GPU time of 20 eager calls (torch.profiler) to log; returns {kernel: average µs} of the kernels."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
@@ -65,9 +64,15 @@ def profile_row(row, fn, log):
         for _ in range(20):
             fn()
         torch.cuda.synchronize()
-    log.write(f"== {row.name()} (20 calls)\n")
+    log.write(f"== {row.name()} {name} (20 calls)\n")
     log.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8) + "\n")
     log.flush()
+    kernels = {}
+    for evt in prof.key_averages():
+        total = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
+        if total and evt.key.startswith("_"):
+            kernels[evt.key.strip("_").replace("_kernel", "")] = round(total / max(evt.count, 1), 1)
+    return kernels
 
 
 def main():
@@ -86,7 +91,7 @@ def main():
         for name, attrs, mode in VARIANTS:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
-                runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
+                runs += [(f"fixed{s}", attrs, s) for s in (1, 2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
             elif mode != "single" or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
@@ -109,11 +114,12 @@ def main():
                 continue
             rec = dict(row=row.name(), variant=name, us=round(us, 2),
                        gbps=round(row.io_bytes() / us / 1e3))  # fmt: skip
+            if name in PROFILED:
+                rec["kernels"] = profile_row(row, name, fn, prof_log)
+                print(f"  {row.name():<20} {name:<12} graph {rec['us']:.1f}  eager kernels {rec['kernels']}", flush=True)
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
-            if name in PROFILED:
-                profile_row(row, fn, prof_log)
         table.append(f"{row.name():<22}" + "  ".join(f"{r['variant']} {r['us']:.1f}" for r in results))
         print(table[-1], flush=True)
     set_variant({})

@@ -94,6 +94,8 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # planned partial grid (Hkv * head blocks, chunk slots): the KV heads of one chunk are dispatched together, as in the
 # single pass, and the overflow slots (empty for uniform batches) come last. False: (slots, Hkv * head blocks)
 PARTIAL_HEADS_FIRST = True
+# probe knob: False leaves out the overflow slots (correct only for lengths that never overflow, such as uniform ones)
+OVERFLOW_SLOTS = True
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -406,7 +408,8 @@ def plan_grid(batch: int, num_kv_heads: int, target: int) -> tuple[int, int]:
     chunks, sum_b max(n_b - S, 0) < sum_b tiles_b / c + 1 - S <= target / Hkv + 1 - S for any lengths, get
     max(ceil(target / Hkv) + 1 - S, 0) slots. Sized from B, Hkv and the SM count, never from the cache's capacity."""
     slots_per_seq = max(1, cdiv(target, batch * num_kv_heads))
-    return slots_per_seq, batch * slots_per_seq + max(cdiv(target, num_kv_heads) + 1 - slots_per_seq, 0)
+    overflow = max(cdiv(target, num_kv_heads) + 1 - slots_per_seq, 0) if OVERFLOW_SLOTS else 0
+    return slots_per_seq, batch * slots_per_seq + overflow
 
 
 def visible_start(seqlen: int, window_left: int | None, q_len: int = 1) -> int:
