@@ -117,7 +117,7 @@ def main():
         group = row.num_q_heads // row.num_kv_heads
         target = triton_splitk.split_config(128, group, torch.bfloat16, 1, 2, row.num_kv_heads)[1] * sms
         grid = triton_splitk.plan_grid(row.batch, row.num_kv_heads, target)
-        plan = triton_splitk.slot_plan(row.seqlens, row.num_kv_heads, *grid, cfg["BLOCK_N"], target)
+        plan = triton_splitk.slot_plan(row.seqlens, *grid, cfg["BLOCK_N"])
         chunk = max(e - s for _, s, e in filter(None, plan))
         for mult in (1, 2, 4):
             size = chunk * mult

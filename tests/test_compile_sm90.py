@@ -50,7 +50,7 @@ FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=Tru
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, PREFETCH_PAGES=False,
-            HEADS_FIRST=True, BLOCK_B=1, TARGET=528)
+            HEADS_FIRST=True, BLOCK_B=1)
 PLANNED = dict(NUM_SPLITS=0, BLOCK_B=512)
 PREFETCH = dict(BLOCK_N=32, PREFETCH_PAGES=True)
 for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024, HEADS_FIRST=False),
@@ -63,7 +63,8 @@ for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATUR
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
 for sinks, splits in ((False, 0), (True, 0), (True, 4)):
     ptx = compile_sm90(triton_splitk._combine_kernel, dict(
-        NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, HAS_SINKS=sinks,
+        NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=4, BLOCK_R=8, BLOCK_D=128, BLOCK_DC=128, WRITE_LSE=True,
+        HAS_SINKS=sinks,
         USE_PDL=True)).asm["ptx"]
     assert "griddepcontrol.wait" in ptx
 print("compiled")
@@ -95,7 +96,7 @@ FLOATS = ("qk_scale", "softcap", "K_SCALE", "V_SCALE")
 kernel = triton_splitk._partial_kernel
 BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, DOT_F32=False, WRITE_LSE=False, HEAD_BLOCKS=1, HAS_SOFTCAP=False,
             HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False, Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True,
-            SPLIT_TOKENS=0, NUM_SPLITS=0, HEADS_FIRST=True, BLOCK_B=1, TARGET=528)
+            SPLIT_TOKENS=0, NUM_SPLITS=0, HEADS_FIRST=True, BLOCK_B=1)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
 # the tiles split_config gives bf16 head_dim 128 where shared memory lets 4 programs share an SM: the small-group

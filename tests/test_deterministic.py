@@ -62,9 +62,8 @@ def test_without_the_flag_the_cut_depends_on_the_batch():
 
     WATCHED = 2500
     cfg, per_sm = split_config(32, 2, torch.bfloat16, 1, 2, 2)
-    target = per_sm * 16
-    alone = slot_plan([WATCHED], 2, *plan_grid(1, 2, target), cfg["BLOCK_N"], target)
+    alone = slot_plan([WATCHED], *plan_grid(1, 2, per_sm * 16), cfg["BLOCK_N"])
     batch = [WATCHED] + [3072] * 6
-    crowded = slot_plan(batch, 2, *plan_grid(7, 2, target), cfg["BLOCK_N"], target)
+    crowded = slot_plan(batch, *plan_grid(7, 2, per_sm * 16), cfg["BLOCK_N"])
     alone, crowded = [x[1:] for x in alone if x and x[0] == 0], [x[1:] for x in crowded if x and x[0] == 0]
     assert alone != crowded

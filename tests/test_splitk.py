@@ -76,9 +76,8 @@ def test_partials_match_mirror_planned(num_sms, heads_first, device, monkeypatch
     _, _, o_part, lse_part = decode_splitk(
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
     )
-    target = planned_saturation(c) * num_sms
-    slots_per_seq, slots = plan_grid(len(lens), 2, target)
-    chunks = slot_plan(lens, 2, slots_per_seq, slots, block_n, target)
+    slots_per_seq, slots = plan_grid(len(lens), 2, planned_saturation(c) * num_sms)
+    chunks = slot_plan(lens, slots_per_seq, slots, block_n)
     overflow = any(chunk is not None for chunk in chunks[len(lens) * slots_per_seq :])
     assert overflow == (num_sms == 2)
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
@@ -87,21 +86,38 @@ def test_partials_match_mirror_planned(num_sms, heads_first, device, monkeypatch
 LENGTH_SETS = ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64, [0, 0, 9000], [17] * 3)
 
 
+def _random_length_sets(n=300):
+    g = torch.Generator().manual_seed(5)
+    for _ in range(n):
+        batch = int(torch.randint(1, 40, (1,), generator=g))
+        top = int(torch.randint(1, 20000, (1,), generator=g))
+        lens = torch.randint(0, top, (batch,), generator=g)
+        # a few very long members (the overflow's worst case) and empty ones
+        lens[torch.rand(batch, generator=g) < 0.1] = top * 30
+        lens[torch.rand(batch, generator=g) < 0.1] = 0
+        yield lens.tolist()
+
+
 def test_slot_plan_covers_every_token_within_the_grid():
-    """Any lengths, heads and targets: the cut fits the grid, covers each sequence's tokens once on tile edges,
-    gives an empty sequence exactly one empty chunk, and a uniform batch no overflow slot."""
-    for lens in LENGTH_SETS:
+    """Any lengths, heads and targets: the cut fits the grid (the overflow bound of plan_grid), covers each sequence's
+    tokens once on tile edges, gives an empty sequence exactly one empty chunk, and a uniform batch no overflow slot
+    and, when S divides its tiles, every one of its slots."""
+    for lens in (*LENGTH_SETS, *_random_length_sets()):
         for hkv, target in ((1, 8), (8, 528), (2, 528), (12, 396), (32, 2)):
             slots_per_seq, slots = plan_grid(len(lens), hkv, target)
-            plan = slot_plan(lens, hkv, slots_per_seq, slots, 64, target)
+            plan = slot_plan(lens, slots_per_seq, slots, 64)
             assert len(plan) == slots, (lens, hkv, target)
             for b, n in enumerate(lens):
                 mine = sorted(chunk[1:] for chunk in plan if chunk is not None and chunk[0] == b)
-                assert [t for start, end in mine for t in range(start, end)] == list(range(n))
+                # [0, n) once: contiguous chunks from 0 to n
+                assert mine[0][0] == 0 and mine[-1][1] == n
+                assert all(end == next_start for (_, end), (next_start, _) in zip(mine, mine[1:]))
                 assert all(start % 64 == 0 and (end > start or n == 0) for start, end in mine)
                 assert len(mine) >= 1 and (n > 0 or mine == [(0, 0)])
             if len(set(lens)) == 1:
                 assert all(chunk is None for chunk in plan[len(lens) * slots_per_seq :])
+                if lens[0] > 0 and -(-lens[0] // 64) % slots_per_seq == 0:
+                    assert all(chunk is not None for chunk in plan[: len(lens) * slots_per_seq])
 
 
 def test_planner_choices_on_the_anchor_rows():
@@ -112,7 +128,7 @@ def test_planner_choices_on_the_anchor_rows():
 
     def programs(lens, hkv, block_n, per_sm):
         slots_per_seq, slots = plan_grid(len(lens), hkv, per_sm * 132)
-        plan = [chunk for chunk in slot_plan(lens, hkv, slots_per_seq, slots, block_n, per_sm * 132) if chunk]
+        plan = [chunk for chunk in slot_plan(lens, slots_per_seq, slots, block_n) if chunk]
         return hkv * len(plan), sorted({end - start for _, start, end in plan})
 
     for lens in ([4096] * 16, [16384] * 4, [65536]):
@@ -120,9 +136,10 @@ def test_planner_choices_on_the_anchor_rows():
     assert programs([131072], 12, 128, 3) == (384, [4096])
     assert programs([4096] * 64, 8, 32, 4) == (512, [4096])
     assert programs([2048] * 8, 4, 32, 4) == (512, [128])
+    assert programs([1024] * 64, 2, 32, 4) == (512, [256])
     assert programs([8192], 32, 64, 4) == (512, [512])
     slots_per_seq, slots = plan_grid(64, 8, 528)
-    ragged = slot_plan([131072] + [1024] * 63, 8, slots_per_seq, slots, 32, 528)
+    ragged = slot_plan([131072] + [1024] * 63, slots_per_seq, slots, 32)
     per_seq = [sum(1 for chunk in ragged if chunk and chunk[0] == b) for b in range(64)]
     assert per_seq[0] >= 32 and set(per_seq[1:]) == {1}
 
@@ -138,10 +155,10 @@ def test_split_bounds_cover_sequence_on_tile_edges():
 
 
 def test_plan_grid_sized_from_batch_and_sms():
-    """S = ceil(target / (B * Hkv)) slots per sequence, then room for the overflow of any lengths."""
-    assert plan_grid(batch=4, num_kv_heads=8, target=528) == (17, 4 * 17 + 66 + 1 - 17)
-    assert plan_grid(batch=1, num_kv_heads=2, target=528) == (264, 264 + 1)
-    assert plan_grid(batch=600, num_kv_heads=8, target=528) == (1, 600 + 66)
+    """S = floor(target / (B * Hkv)) slots per sequence (at least 1), then S * (B - 1) overflow slots."""
+    assert plan_grid(batch=4, num_kv_heads=8, target=528) == (16, 4 * 16 + 3 * 16)
+    assert plan_grid(batch=1, num_kv_heads=2, target=528) == (264, 264)
+    assert plan_grid(batch=600, num_kv_heads=8, target=528) == (1, 600 + 599)
 
 
 def test_auto_rule(device, monkeypatch):
@@ -208,15 +225,17 @@ def test_published_combine_is_wrong_and_ours_is_right():
     assert not math.isclose(float(rel), 0.0)
 
 
-@pytest.mark.parametrize("block_s,d_blocks", [(64, 2), (256, 4), (16, 8)])
-def test_combine_block_shapes(block_s, d_blocks, device, monkeypatch):
-    """The combine with other chunk blocks and the head dim split over several programs: the same merge."""
+@pytest.mark.parametrize("block_s,d_blocks,rows", [(64, 2, 1), (256, 4, 1), (16, 8, 4), (2, 1, 8)])
+def test_combine_block_shapes(block_s, d_blocks, rows, device, monkeypatch):
+    """The combine with other chunk blocks (a block smaller than a sequence's chunks loops), the head dim split over
+    several programs, and several query rows per program: the same merge."""
     import flashdecode.triton_splitk as splitk
 
     c = case([300, 0, 77, 1000], 8, 2, 64, 16, torch.float32, device, seed=31)
     ref_out, ref_lse = reference_of(c)
     monkeypatch.setattr(splitk, "COMBINE_BLOCK_S", block_s)
     monkeypatch.setattr(splitk, "COMBINE_D_BLOCKS", d_blocks)
+    monkeypatch.setattr(splitk, "COMBINE_MAX_ROWS", rows)
     for num_splits in (None, 3, 40):
         out, lse = decode_attention(*c.args, backend="triton_splitk", num_splits=num_splits, return_lse=True,
                                     out=torch.full_like(c.q, float("nan")))  # fmt: skip
@@ -256,8 +275,7 @@ def test_planned_cut_with_query_tokens_head_blocks_and_sinks(device, monkeypatch
     lens = [300, 0, 37, 130]
     args = multi_case(lens, 2, 40, 1, 64, 16, torch.float32, device, seed=61)
     cfg, per_sm = triton_splitk.split_config(64, 40, torch.float32, 2, 4, 1)
-    target = per_sm * _num_sms(args[0].device)
-    plan = slot_plan(lens, 1, *plan_grid(4, 1, target), cfg["BLOCK_N"], target, q_len=2)
+    plan = slot_plan(lens, *plan_grid(4, 1, per_sm * _num_sms(args[0].device)), cfg["BLOCK_N"], q_len=2)
     assert [sum(1 for chunk in plan if chunk and chunk[0] == b) for b in range(4)] == [5, 1, 1, 3]
     sinks = torch.linspace(-1.0, 2.0, 40, device=device)
     out, lse = check(args, "triton_splitk", None, sinks=sinks)
@@ -267,13 +285,12 @@ def test_planned_cut_with_query_tokens_head_blocks_and_sinks(device, monkeypatch
 
 
 @triton.jit
-def _cut_kernel(SEQLENS, CHUNKS, CUT, batch, num_kv_heads, slots_per_seq, slots, window,
-                BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, TARGET: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def _cut_kernel(SEQLENS, CHUNKS, CUT, batch, slots_per_seq, slots, window,
+                BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr):
     """CUT [3, slots] = (sequence, start, end) of every slot, as ``planned_chunk`` cuts inside the partial kernel."""
     slot = tl.program_id(0)
     seq, _, start, end, _ = planned_chunk(
-        SEQLENS, CHUNKS, 1, slot, True, batch, num_kv_heads, slots_per_seq, window,
-        BLOCK_B, BLOCK_N, TARGET, HAS_WINDOW, 1,
+        SEQLENS, CHUNKS, 1, slot, True, batch, slots_per_seq, window, BLOCK_B, BLOCK_N, HAS_WINDOW, 1,
     )  # fmt: skip
     tl.store(CUT + slot, seq)
     tl.store(CUT + slots + slot, start)
@@ -290,15 +307,15 @@ def test_in_kernel_cut_equals_the_mirror(batch, window, device):
     lens[0] = 0
     if batch > 1:
         lens[1] = 200000
-    hkv, target, block_n = 2, 64, 64
-    slots_per_seq, slots = plan_grid(batch, hkv, target)
+    block_n = 64
+    slots_per_seq, slots = plan_grid(batch, 2, 64)
     cut = torch.empty(3, slots, dtype=torch.int32, device=device)
     chunks = torch.empty(2, batch, dtype=torch.int32, device=device)
     _cut_kernel[(slots,)](
-        lens.to(torch.int32).to(device), chunks, cut, batch, hkv, slots_per_seq, slots, window or 0,
-        BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, TARGET=target, HAS_WINDOW=window is not None,
+        lens.to(torch.int32).to(device), chunks, cut, batch, slots_per_seq, slots, window or 0,
+        BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, HAS_WINDOW=window is not None,
     )  # fmt: skip
-    expect = slot_plan(lens.tolist(), hkv, slots_per_seq, slots, block_n, target, window_left=window)
+    expect = slot_plan(lens.tolist(), slots_per_seq, slots, block_n, window_left=window)
     cut = cut.cpu()
     got = [tuple(cut[:, i].tolist()) if cut[0, i] < batch else None for i in range(slots)]
     assert got == expect

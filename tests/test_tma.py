@@ -108,8 +108,7 @@ def test_partials_match_mirror_planned(device):
         *c.args, 0.125, out, lse, num_sms=num_sms, return_partials=True,
         config={"PAGES_PER_TILE": 1, "PROGRAMS_PER_SM": ppsm},
     )  # fmt: skip
-    target = ppsm * num_sms
-    chunks = slot_plan(lens, 2, *plan_grid(len(lens), 2, target), block_n, target)
+    chunks = slot_plan(lens, *plan_grid(len(lens), 2, ppsm * num_sms), block_n)
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
 
 
@@ -178,7 +177,7 @@ signature = dict(
 )
 constexprs = dict(
     NUM_SPLITS=0, GROUP=group, HEAD_DIM=d, PAGE_SIZE=page, PAGES_PER_TILE=cfg["PAGES_PER_TILE"],
-    BLOCK_H=cfg["BLOCK_H"], BLOCK_D=cfg["BLOCK_D"], DOT_F32=False, WRITE_LSE=True, BLOCK_B=16, TARGET=264,
+    BLOCK_H=cfg["BLOCK_H"], BLOCK_D=cfg["BLOCK_D"], DOT_F32=False, WRITE_LSE=True, BLOCK_B=16,
 )
 signature.update({name: "constexpr" for name in constexprs})
 src = ASTSource(triton_tma._tma_partial_kernel, signature, constexprs=constexprs)

@@ -55,7 +55,7 @@ def test_planner_cuts_only_the_window():
     """32k tokens with W = 4096: the planned chunks cover exactly the last 4097 tokens (4096 tokens' work, not
     32k), and the same for every sequence of a ragged batch."""
     lens = [32768, 100, 5000]
-    plan = slot_plan(lens, 8, *plan_grid(3, 8, 528), 64, 528, window_left=4096)
+    plan = slot_plan(lens, *plan_grid(3, 8, 528), 64, window_left=4096)
     for b, n in enumerate(lens):
         mine = sorted((s, e) for sb, s, e in filter(None, plan) if sb == b)
         assert mine[0][0] == max(n - 1 - 4096, 0) and mine[-1][1] == n
@@ -75,8 +75,7 @@ def test_planned_window_partials_match_mirror(device):
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True,
         features=_window_features(window),
     )  # fmt: skip
-    target = planned_saturation(c) * num_sms
-    chunks = slot_plan(lens, 2, *plan_grid(3, 2, target), block_n, target, window)
+    chunks = slot_plan(lens, *plan_grid(3, 2, planned_saturation(c) * num_sms), block_n, window)
     assert sum(1 for chunk in chunks if chunk and chunk[0] == 0) > 1 and chunks[0][1] == 300 - 1 - window
     ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
     multi = torch.tensor([chunk is not None and chunk[0] == 0 for chunk in chunks])

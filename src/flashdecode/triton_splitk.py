@@ -13,12 +13,12 @@ the source blog post stores acc_c unnormalised and multiplies by l_c again, weig
 Two ways to cut, one kernel:
 
 * planned (``num_splits=None``): every partial program derives the same cut from the B lengths, with no planner
-  launch (``planned_chunk``): chunks of c ~ T * Hkv / TARGET tiles, T the batch's tiles, so the batch makes about
-  TARGET = (programs per SM for the tile, ``split_config``) x #SMs programs; sequence b gets
-  n_b = max(ceil(tiles_b / c), 1) chunks. Sequence b owns the S chunk slots [b * S, (b + 1) * S), S = ceil(TARGET /
-  (B * Hkv)) from the shapes, which hold all its chunks when the lengths are uniform (a regular slot needs only its
-  own length); chunks past S of longer sequences take the overflow slots after B * S in sequence order (a prefix
-  sum), so one long sequence among short ones still spreads over the GPU. The grid (``plan_grid``) is sized from
+  launch (``planned_chunk``). Sequence b owns the S chunk slots [b * S, (b + 1) * S), S = floor(target / (B * Hkv))
+  from the shapes, target = (programs per SM for the tile, ``split_config``) x #SMs; chunks hold c ~ T / (S * B)
+  tiles, T the batch's tiles, so a uniform batch fills its S slots each when S divides its tiles (a regular slot
+  needs only its own length) and sequence b gets n_b = max(ceil(tiles_b / c), 1) chunks; chunks past S of longer sequences take the
+  overflow slots after B * S in sequence order (a prefix sum), so one long sequence among short ones still spreads
+  over the GPU. The grid (``plan_grid``) is sized from
   B, Hkv and the SM count, never from the cache's capacity, and read by no host code, so one CUDA graph serves
   every length. A sequence of one chunk is written straight to the output by its partial program.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
@@ -79,8 +79,11 @@ PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4)
 # the planned cut keeps every length of the batch in registers ([BLOCK_B]); above this batch the single-pass grid
 # is full anyway
 MAX_PLANNED_BATCH = 512
-# the combine kernel reads the chunks' LSEs in blocks of this many
+# the combine kernel reads the chunks' LSEs in blocks of at most this many (next_power_of_2(S) when fewer)...
 COMBINE_BLOCK_S = 64
+# ...for up to COMBINE_MAX_ROWS query rows per program, within COMBINE_TILE fp32 elements of partials per load
+COMBINE_MAX_ROWS = 16
+COMBINE_TILE = 8192
 # the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
 # when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
@@ -102,19 +105,19 @@ DETERMINISTIC_SPLIT_TOKENS = 1024
 
 @triton.jit
 def planned_chunk(
-    SEQLENS, CHUNKS, stride_sl, slot, publish, batch, num_kv_heads, slots_per_seq, window,
-    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, TARGET: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    Q_LEN: tl.constexpr,
+    SEQLENS, CHUNKS, stride_sl, slot, publish, batch, slots_per_seq, window,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
     """Planned mode: (seq, seqlen, start, end, count) of chunk slot ``slot``, identical in every program and in
     ``slot_plan``; seq >= B marks an unused slot, count is the sequence's number of chunks.
 
     With T = sum_b ceil(L_b / BLOCK_N) tiles over the visible lengths L_b (a sliding window's first token on), chunks
-    hold c = max(ceil(T * Hkv / TARGET), 1) tiles, snapped up to ceil(t_max / max(t_max // c, 1)) so that the longest
-    sequence (t_max tiles) divides evenly, and sequence b gets n_b = max(ceil(tiles_b / c), 1) chunks (an empty
-    sequence one empty chunk, whose program writes out = 0, lse = -inf). Slot b * S + s (s < S = slots_per_seq)
-    is chunk s of sequence b; chunk S + j of sequence b is overflow slot B * S + (sum over earlier sequences of
-    max(n - S, 0)) + j. TARGET is a compile-time constant (one per device and tile), so dividing by it is cheap.
+    hold c = max(ceil(T / (S * B)), 1) tiles (S = slots_per_seq), snapped up to ceil(t_max / max(t_max // c, 1)) so
+    that the longest sequence (t_max tiles) divides evenly, and sequence b gets n_b = max(ceil(tiles_b / c), 1)
+    chunks (an empty sequence one empty chunk, whose program writes out = 0, lse = -inf): a uniform batch fills its S
+    slots each when S divides its tiles (else each sequence's last slots stay empty). Slot b * S + s (s < S) is
+    chunk s of sequence b; chunk S + j of sequence b is overflow
+    slot B * S + (sum over earlier sequences of max(n - S, 0)) + j.
     publish: the program also writes its sequence's (n_b, first overflow slot - B * S) to CHUNKS [2, B] for the
     combine, if it holds the sequence's chunk 0 (callers pass True for one KV head only)."""
     offs_b = tl.arange(0, BLOCK_B)
@@ -124,9 +127,9 @@ def planned_chunk(
     split = slot - seq * slots_per_seq
     seqlen = tl.load(SEQLENS + seq * stride_sl)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
-    # [BLOCK_B] tiles of each visible range; T * Hkv in int64 (it may pass 2^31 for very long batches)
+    # [BLOCK_B] tiles of each visible range; their sum in int64 (it may pass 2^31 for very long batches)
     tiles = tl.cdiv(lens - window_starts(lens, window, HAS_WINDOW, Q_LEN), BLOCK_N)
-    per_chunk = tl.maximum(tl.cdiv(tl.sum(tiles.to(tl.int64), axis=0) * num_kv_heads, TARGET), 1).to(tl.int32)
+    per_chunk = tl.maximum(tl.cdiv(tl.sum(tiles.to(tl.int64), axis=0), regular), 1).to(tl.int32)
     # snapped up so that the longest sequence divides evenly (a uniform batch: exactly k chunks each)
     longest = tl.max(tiles, axis=0)
     per_chunk = tl.maximum(tl.cdiv(longest, tl.maximum(longest // per_chunk, 1)), 1)
@@ -174,9 +177,9 @@ def fixed_chunk(
 
 @triton.jit
 def locate_chunk(
-    SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, num_kv_heads, slots_per_seq, window,
+    SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, window,
     NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr = 0, BLOCK_B: tl.constexpr = 1,
-    TARGET: tl.constexpr = 1, HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
+    HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
 ):  # fmt: skip
     """The work of partial program chunk_id, in either mode: (seq, seqlen, start, end, single). In the planned
     mode (NUM_SPLITS == 0, ``planned_chunk``, which also publishes the chunk counts) an unused slot has seq >= B
@@ -189,8 +192,8 @@ def locate_chunk(
         single = NUM_SPLITS == 1
     else:
         seq, seqlen, start, end, count = planned_chunk(
-            SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, num_kv_heads, slots_per_seq, window,
-            BLOCK_B, BLOCK_N, TARGET, HAS_WINDOW, Q_LEN,
+            SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, window,
+            BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN,
         )  # fmt: skip
         single = count == 1
     return seq, seqlen, start, end, single
@@ -281,26 +284,23 @@ def _partial_kernel(
     HEADS_FIRST: tl.constexpr,
     USE_PDL: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    TARGET: tl.constexpr,
 ):
     # HEADS_FIRST: grid (Hkv * head blocks, chunk slots), so that programs dispatched together read the heads of the
     # same token rows and the overflow slots come last; else (chunk slots, Hkv * head blocks)
     if HEADS_FIRST:
         chunk_id = tl.program_id(1)
         head_id = tl.program_id(0)
-        num_head_ids = tl.num_programs(0)
     else:
         chunk_id = tl.program_id(0)
         head_id = tl.program_id(1)
-        num_head_ids = tl.num_programs(1)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
     # the combine, launched behind this kernel with PDL, may be scheduled now; it waits for this grid to finish
     let_next_start(USE_PDL)
 
     seq, seqlen, start, end, single = locate_chunk(
-        SEQLENS, CHUNKS, stride_sl, chunk_id, head_id == 0, batch, num_head_ids // HEAD_BLOCKS, slots_per_seq, window,
-        NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, BLOCK_B, TARGET, HAS_WINDOW, Q_LEN,
+        SEQLENS, CHUNKS, stride_sl, chunk_id, head_id == 0, batch, slots_per_seq, window,
+        NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, BLOCK_B, HAS_WINDOW, Q_LEN,
     )  # fmt: skip
     if seq >= batch:
         return
@@ -329,6 +329,7 @@ def _combine_kernel(
     SINKS,
     batch,
     slots_per_seq,
+    num_rows,
     num_q_heads,
     stride_ob,
     stride_ot,
@@ -336,18 +337,18 @@ def _combine_kernel(
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DC: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
-    row = tl.program_id(0)
+    # one program per (BLOCK_R query rows, row = token * Hq + head; sequence; block of BLOCK_DC head-dim columns)
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask_r = offs_r < num_rows
     seq = tl.program_id(1)
     d0 = tl.program_id(2) * BLOCK_DC
-    num_rows = tl.num_programs(0)
-    head = row % num_q_heads
     wait_for_previous(USE_PDL)
     if NUM_SPLITS > 0:
         count = NUM_SPLITS
@@ -362,53 +363,59 @@ def _combine_kernel(
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = d0 + tl.arange(0, BLOCK_DC)
 
-    # the online softmax again, over the chunks' LSEs (natural log): running max, sum and weighted output
-    m_i = tl.max(tl.full([BLOCK_S], float("-inf"), tl.float32), axis=0)
-    l_i = tl.sum(tl.zeros([BLOCK_S], tl.float32), axis=0)
-    acc = tl.zeros([BLOCK_DC], tl.float32)
+    # the online softmax again, over the chunks' LSEs (natural log), per row: running max, sum and weighted output
+    m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_DC], tl.float32)
     if HAS_SINKS:
         # the sink is one more "chunk" of mass exp(sink) and output 0, counted once per row
-        m_i = tl.load(SINKS + head)
-        l_i = l_i + 1.0
+        m_i = tl.load(SINKS + offs_r % num_q_heads, mask=mask_r, other=float("-inf"))
+        l_i = tl.where(mask_r, 1.0, 0.0)
     for s0 in range(0, count, BLOCK_S):
         split = s0 + offs_s
         mask_s = split < count
         # chunk s of the sequence: its own slot, or (s >= S, planned mode) an overflow slot
         slot = tl.where(split < slots_per_seq, seq * slots_per_seq + split,
                         batch * slots_per_seq + over_first + split - slots_per_seq)  # fmt: skip
-        rows = slot.to(tl.int64) * num_rows + row
-        # [BLOCK_S]; empty chunks hold -inf
-        lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
+        # [BLOCK_S, BLOCK_R] partial rows; empty chunks hold -inf
+        rows = slot.to(tl.int64)[:, None] * num_rows + offs_r[None, :]
+        mask_sr = mask_s[:, None] & mask_r[None, :]
+        lse_s = tl.load(LSE_PART + rows, mask=mask_sr, other=float("-inf"))
         m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
         # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
         m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp(m_i - m_ref)
-        w = tl.exp(lse_s - m_ref)
-        # [BLOCK_S, BLOCK_D]
-        o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
-        acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
+        w = tl.exp(lse_s - m_ref[None, :])
+        # [BLOCK_S, BLOCK_R, BLOCK_DC]
+        o = tl.load(O_PART + rows[:, :, None] * BLOCK_D + offs_d[None, None, :], mask=mask_sr[:, :, None],
+                    other=0.0)  # fmt: skip
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
         l_i = l_i * alpha + tl.sum(w, axis=0)
         m_i = m_new
 
     empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
     seq = seq.to(tl.int64)
-    tok = (row // num_q_heads).to(tl.int64)
-    out_ptrs = OUT + seq * stride_ob + tok * stride_ot + head.to(tl.int64) * stride_oh + offs_d
-    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
+    tok = (offs_r // num_q_heads).to(tl.int64)
+    head = (offs_r % num_q_heads).to(tl.int64)
+    out_ptrs = OUT + seq * stride_ob + (tok * stride_ot + head * stride_oh)[:, None] + offs_d[None, :]
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_r[:, None] & (offs_d < HEAD_DIM)[None, :])
     if WRITE_LSE and d0 == 0:
         lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
-        tl.store(LSE + seq * num_rows + row, lse)
+        tl.store(LSE + seq * num_rows + offs_r, lse, mask=mask_r)
 
 
 def plan_grid(batch: int, num_kv_heads: int, target: int) -> tuple[int, int]:
     """(chunk slots per sequence S, chunk slots) of the planned grid for about ``target`` programs (``planned_chunk``).
 
-    S = ceil(target / (B * Hkv)) holds a uniform batch's chunks (c >= T * Hkv / target tiles, so n_b <= S). Overflow
-    chunks, sum_b max(n_b - S, 0) < sum_b tiles_b / c + 1 - S <= target / Hkv + 1 - S for any lengths, get
-    max(ceil(target / Hkv) + 1 - S, 0) slots. Sized from B, Hkv and the SM count, never from the cache's capacity."""
-    slots_per_seq = max(1, cdiv(target, batch * num_kv_heads))
-    overflow = max(cdiv(target, num_kv_heads) + 1 - slots_per_seq, 0) if OVERFLOW_SLOTS else 0
+    S = max(floor(target / (B * Hkv)), 1), rounded down so that a uniform batch fills its slots (when S divides its
+    tiles; empty slots among busy ones unbalance the SMs: the block scheduler deals them out like real work, measured
+    on 64 x 3064 32/8 with S = 2 and one chunk each: 199 us against 183 for the same chunks without the holes). Overflow: with
+    c >= T / (S * B) tiles, the k >= 1 sequences past S chunks hold sum (n_b - S) < sum t_b / c + k - k * S
+    <= S * B - (S - 1) of them, so S * (B - 1) slots after the B * S regular ones take any lengths. Sized from B, Hkv
+    and the SM count, never from the cache's capacity."""
+    slots_per_seq = max(1, target // (batch * num_kv_heads))
+    overflow = slots_per_seq * (batch - 1) if OVERFLOW_SLOTS else 0
     return slots_per_seq, batch * slots_per_seq + overflow
 
 
@@ -434,14 +441,14 @@ def split_bounds(
 
 
 def slot_plan(
-    seqlens, num_kv_heads, slots_per_seq, slots, block_n, target, window_left=None, q_len=1
+    seqlens, slots_per_seq, slots, block_n, window_left=None, q_len=1
 ) -> list[tuple[int, int, int] | None]:  # fmt: skip
     """Planned mode: (sequence, start, end) of every chunk slot, or None for an unused one, exactly as
     ``planned_chunk`` cuts (over each sequence's visible tokens)."""
     batch = len(seqlens)
     firsts = [visible_start(n, window_left, q_len) for n in seqlens]
     tiles = [cdiv(n - f, block_n) for n, f in zip(seqlens, firsts)]
-    per_chunk = max(cdiv(sum(tiles) * num_kv_heads, target), 1)
+    per_chunk = max(cdiv(sum(tiles), batch * slots_per_seq), 1)
     longest = max(tiles, default=0)
     per_chunk = max(cdiv(longest, max(longest // per_chunk, 1)), 1)
     counts = [max(cdiv(t, per_chunk), 1) for t in tiles]
@@ -481,25 +488,36 @@ def launch_combine(
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [slots, q_len * Hq, BLOCK_D] and lse_part [slots, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
-    planned mode (chunk_counts: the int32 [2, B] the partial programs published, S = slots_per_seq), S for fixed
-    splits. sinks: [Hq] fp32 or None. deterministic: blocks of COMBINE_BLOCK_S chunks always, so the summation tree
-    does not depend on S. pdl: launched with programmatic dependent launch. num_sms: lets a call with few
-    (sequence, row) pairs use the COMBINE_WIDE blocks."""
+    planned mode (chunk_counts: the int32 [2, B] the partial programs published), S for fixed splits;
+    slots_per_seq: S either way. sinks: [Hq] fp32 or None. deterministic: blocks of COMBINE_BLOCK_S chunks always, so
+    the summation tree does not depend on S. pdl: launched with programmatic dependent launch. num_sms: lets a call
+    with few (sequence, row) pairs use the COMBINE_WIDE blocks, and sets how many rows a program merges.
+
+    Shape: chunk blocks of next_power_of_2(S) (at most COMBINE_BLOCK_S; a sequence with overflow chunks loops), and
+    BLOCK_R rows per program while the [BLOCK_S, BLOCK_R, BLOCK_DC] tile stays within COMBINE_TILE elements and the
+    grid keeps about one program per SM: few large programs when every sequence is one chunk (the combine then only
+    reads the counts), one row each when there are few rows."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
-    fixed, block_d = num_splits, o_part.shape[2]
-    block_s, d_blocks = COMBINE_BLOCK_S, COMBINE_D_BLOCKS
-    if COMBINE_WIDE and not deterministic and num_sms is not None and batch * q_len * num_q_heads < num_sms:
+    num_rows, block_d = q_len * num_q_heads, o_part.shape[2]
+    block_s, d_blocks = min(COMBINE_BLOCK_S, next_power_of_2(slots_per_seq)), COMBINE_D_BLOCKS
+    if deterministic:
+        block_s = COMBINE_BLOCK_S
+    elif COMBINE_WIDE and num_sms is not None and batch * num_rows < num_sms:
         block_s, d_blocks = COMBINE_WIDE
     if block_d % (16 * d_blocks):
         d_blocks = 1
-    _combine_kernel[(q_len * num_q_heads, batch, d_blocks)](
+    block_dc = block_d // d_blocks
+    block_r = max(1, min(COMBINE_MAX_ROWS, COMBINE_TILE // (block_s * block_dc), next_power_of_2(num_rows)))
+    if num_sms:
+        # round down to a power of two: about one program per SM at least
+        block_r = min(block_r, 1 << max(batch * num_rows // num_sms, 1).bit_length() - 1)
+    _combine_kernel[(cdiv(num_rows, block_r), batch, d_blocks)](
         o_part, lse_part, out4, lse if lse is not None else lse_part, chunk_counts,
-        sinks if sinks is not None else lse_part, batch, slots_per_seq, num_q_heads,
+        sinks if sinks is not None else lse_part, batch, slots_per_seq, num_rows, num_q_heads,
         out4.stride(0), out4.stride(1), out4.stride(2),
-        NUM_SPLITS=fixed, HEAD_DIM=head_dim,
-        BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
-        BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
+        NUM_SPLITS=num_splits, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_R=block_r, BLOCK_D=block_d,
+        BLOCK_DC=block_dc, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
         USE_PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
@@ -538,11 +556,11 @@ def decode_splitk(
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
         num_splits = max(1, cdiv(max_tokens, split_tokens))
     if num_splits is None:
-        fixed, target = 0, saturation * num_sms
-        slots_per_seq, chunks = plan_grid(batch, num_kv_heads, target)
+        fixed = 0
+        slots_per_seq, chunks = plan_grid(batch, num_kv_heads, saturation * num_sms)
         chunk_counts = torch.empty(2, batch, dtype=torch.int32, device=q.device)
     else:
-        fixed, target, slots_per_seq, chunks = num_splits, 1, num_splits, batch * num_splits
+        fixed, slots_per_seq, chunks = num_splits, num_splits, batch * num_splits
         # fixed mode never reads it
         chunk_counts = cache_seqlens
     o_part = torch.empty(chunks, q_len * num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
@@ -551,8 +569,7 @@ def decode_splitk(
     pdl = use_pdl(q.device)
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    # planned grids have at most B + 4 * SMs / Hkv + B * S <= ~B + 8 * SMs chunk slots, within grid dim 1's 65535;
-    # fixed ones may not
+    # planned grids have 2 * S * B - S < 2 * target / Hkv + B chunk slots, within grid dim 1's 65535; fixed ones may not
     heads_first = PARTIAL_HEADS_FIRST and not fixed
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     _partial_kernel[grid](
@@ -567,7 +584,7 @@ def decode_splitk(
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
-        USE_PDL=pdl, BLOCK_B=next_power_of_2(batch) if not fixed else 1, TARGET=target, **fargs, **cfg,
+        USE_PDL=pdl, BLOCK_B=next_power_of_2(batch) if not fixed else 1, **fargs, **cfg,
     )  # fmt: skip
     # every sequence is one chunk (written by its partial program) when fixed to one split, or when the table
     # cannot hold more than one tile

@@ -200,15 +200,13 @@ def _tma_partial_kernel(
     DOT_F32: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     BLOCK_B: tl.constexpr,
-    TARGET: tl.constexpr,
 ):
     BLOCK_N: tl.constexpr = PAGES_PER_TILE * PAGE_SIZE
     chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1)
     num_q_heads = GROUP * tl.num_programs(1)
     seq, _, start, end, single = locate_chunk(
-        SEQLENS, CHUNKS, stride_sl, chunk_id, kv_head == 0, batch, tl.num_programs(1), slots_per_seq, 0,
-        NUM_SPLITS, BLOCK_N, 0, BLOCK_B, TARGET,
+        SEQLENS, CHUNKS, stride_sl, chunk_id, kv_head == 0, batch, slots_per_seq, 0, NUM_SPLITS, BLOCK_N, 0, BLOCK_B,
     )  # fmt: skip
     if seq >= batch:
         return
@@ -350,12 +348,12 @@ def decode_tma(
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     if num_splits is None:
-        fixed, target = 0, programs_per_sm * num_sms
-        slots_per_seq, chunks = plan_grid(batch, num_kv_heads, target)
+        fixed = 0
+        slots_per_seq, chunks = plan_grid(batch, num_kv_heads, programs_per_sm * num_sms)
         # each sequence's (chunk count, first overflow slot), published by its chunk-0 programs for the combine
         chunk_counts = torch.empty(2, batch, dtype=torch.int32, device=q.device)
     else:
-        fixed, target, slots_per_seq, chunks = num_splits, 1, num_splits, batch * num_splits
+        fixed, slots_per_seq, chunks = num_splits, num_splits, batch * num_splits
         # fixed mode never reads it
         chunk_counts = cache_seqlens
     o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
@@ -368,9 +366,9 @@ def decode_tma(
         out.stride(0), out.stride(1),
         NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
-        BLOCK_B=next_power_of_2(batch) if not fixed else 1, TARGET=target, **cfg,
+        BLOCK_B=next_power_of_2(batch) if not fixed else 1, **cfg,
     )  # fmt: skip
-    launch_combine(o_part, lse_part, out, lse, chunk_counts, slots_per_seq, fixed)
+    launch_combine(o_part, lse_part, out, lse, chunk_counts, slots_per_seq, fixed, num_sms=num_sms)
     if return_partials:
         return out, lse, o_part, lse_part
     return out, lse
