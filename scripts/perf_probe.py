@@ -23,25 +23,23 @@ from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
 from flashdecode.triton_single import decode_single
 
-ROWS = [
-    Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([131072], 12, 12),
-    Row([8192], 32, 32), Row([32768], 32, 32), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
-    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
-    Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8), Row([4096] * 64, 32, 8),
-]  # fmt: skip
+ROWS = [Row([1024] * 64, 12, 2), Row([256] * 256, 12, 2), Row([2048] * 8, 28, 4)]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
+G2 = dict(mha=3, small_group=4, grouped=2)
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("grouped2", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=2)), "planned"),
-    ("slots_first", dict(PARTIAL_HEADS_FIRST=False), "planned"),
+    ("no_overflow", dict(OVERFLOW_SLOTS=False), "planned"),
+    ("grouped2", dict(PLANNER_SATURATION=G2), "planned"),
+    ("grouped2_no_overflow", dict(PLANNER_SATURATION=G2, OVERFLOW_SLOTS=False), "planned"),
+    ("grouped2_no_pdl", dict(PLANNER_SATURATION=G2, PDL=False), "planned"),
     ("fixed", dict(), "fixed"),
     ("single", dict(), "single"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8"}
 # variants whose per-kernel GPU time goes to profile.txt
-PROFILED = ("rule",)
+PROFILED = tuple(v[0] for v in VARIANTS[:5]) + ("fixed1", "fixed2", "fixed4", "fixed8", "fixed16", "single")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "PARTIAL_HEADS_FIRST",
              "PLANNER_SATURATION", "OVERFLOW_SLOTS")}  # fmt: skip
