@@ -1,6 +1,6 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the slot plan with 4 or 2 programs per SM for the grouped tiles, with the chunk slots first in
-the grid rather than the KV heads, against fixed splits and the single pass; earlier: the planner's target by tile,
+switches buys (here: the slot plan's overflow programs, one per 4, 2 or 1 regular ones, against fixed splits and
+the single pass; earlier: the grouped target, the grid order, the planner's target by tile,
 the combine reading the published chunk columns, the heads-first grid, the in-place plan, the fused merge, PDL,
 combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
@@ -23,26 +23,28 @@ from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
 from flashdecode.triton_single import decode_single
 
-ROWS = [Row([1024] * 64, 12, 2), Row([256] * 256, 12, 2), Row([2048] * 8, 28, 4)]
+ROWS = [
+    Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([131072], 12, 12),
+    Row([8192], 32, 32), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
+    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
+    Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8), Row([4096] * 64, 32, 8),
+]  # fmt: skip
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
-G2 = dict(mha=3, small_group=4, grouped=2)
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("no_overflow", dict(OVERFLOW_SLOTS=False), "planned"),
-    ("grouped2", dict(PLANNER_SATURATION=G2), "planned"),
-    ("grouped2_no_overflow", dict(PLANNER_SATURATION=G2, OVERFLOW_SLOTS=False), "planned"),
-    ("grouped2_no_pdl", dict(PLANNER_SATURATION=G2, PDL=False), "planned"),
+    ("ratio2", dict(OVERFLOW_RATIO=2), "planned"),
+    ("ratio1", dict(OVERFLOW_RATIO=1), "planned"),
     ("fixed", dict(), "fixed"),
     ("single", dict(), "single"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8"}
 # variants whose per-kernel GPU time goes to profile.txt
-PROFILED = tuple(v[0] for v in VARIANTS[:5]) + ("fixed1", "fixed2", "fixed4", "fixed8", "fixed16", "single")
+PROFILED = ()
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "PARTIAL_HEADS_FIRST",
-             "PLANNER_SATURATION", "OVERFLOW_SLOTS")}  # fmt: skip
+             "PLANNER_SATURATION", "OVERFLOW_RATIO")}  # fmt: skip
 
 
 def set_variant(attrs):

@@ -63,7 +63,7 @@ for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATUR
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
 for sinks, splits in ((False, 0), (True, 0), (True, 4)):
     ptx = compile_sm90(triton_splitk._combine_kernel, dict(
-        NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=4, BLOCK_R=8, BLOCK_D=128, BLOCK_DC=128, WRITE_LSE=True,
+        NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=4, BLOCK_SO=16, BLOCK_R=4, BLOCK_D=128, BLOCK_DC=128, WRITE_LSE=True,
         HAS_SINKS=sinks,
         USE_PDL=True)).asm["ptx"]
     assert "griddepcontrol.wait" in ptx

@@ -21,8 +21,8 @@ from helpers import (
 from flashdecode import decode_attention
 from flashdecode.triton_splitk import (
     decode_splitk,
+    locate_chunk,
     plan_grid,
-    planned_chunk,
     slot_plan,
     split_bounds,
     splitk_partials_mirror,
@@ -76,9 +76,9 @@ def test_partials_match_mirror_planned(num_sms, heads_first, device, monkeypatch
     _, _, o_part, lse_part = decode_splitk(
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
     )
-    slots_per_seq, slots = plan_grid(len(lens), 2, planned_saturation(c) * num_sms)
-    chunks = slot_plan(lens, slots_per_seq, slots, block_n)
-    overflow = any(chunk is not None for chunk in chunks[len(lens) * slots_per_seq :])
+    slots_per_seq, overflow_slots = plan_grid(len(lens), 2, planned_saturation(c) * num_sms)
+    chunks = slot_plan(lens, slots_per_seq, overflow_slots, block_n)
+    overflow = any(chunk is not None for chunk in chunks[:overflow_slots])
     assert overflow == (num_sms == 2)
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
 
@@ -104,9 +104,9 @@ def test_slot_plan_covers_every_token_within_the_grid():
     and, when S divides its tiles, every one of its slots."""
     for lens in (*LENGTH_SETS, *_random_length_sets()):
         for hkv, target in ((1, 8), (8, 528), (2, 528), (12, 396), (32, 2)):
-            slots_per_seq, slots = plan_grid(len(lens), hkv, target)
-            plan = slot_plan(lens, slots_per_seq, slots, 64)
-            assert len(plan) == slots, (lens, hkv, target)
+            slots_per_seq, overflow_slots = plan_grid(len(lens), hkv, target)
+            plan = slot_plan(lens, slots_per_seq, overflow_slots, 64)
+            assert len(plan) == overflow_slots + len(lens) * slots_per_seq, (lens, hkv, target)
             for b, n in enumerate(lens):
                 mine = sorted(chunk[1:] for chunk in plan if chunk is not None and chunk[0] == b)
                 # [0, n) once: contiguous chunks from 0 to n
@@ -115,9 +115,9 @@ def test_slot_plan_covers_every_token_within_the_grid():
                 assert all(start % 64 == 0 and (end > start or n == 0) for start, end in mine)
                 assert len(mine) >= 1 and (n > 0 or mine == [(0, 0)])
             if len(set(lens)) == 1:
-                assert all(chunk is None for chunk in plan[len(lens) * slots_per_seq :])
+                assert all(chunk is None for chunk in plan[:overflow_slots])
                 if lens[0] > 0 and -(-lens[0] // 64) % slots_per_seq == 0:
-                    assert all(chunk is not None for chunk in plan[: len(lens) * slots_per_seq])
+                    assert all(chunk is not None for chunk in plan[overflow_slots:])
 
 
 def test_planner_choices_on_the_anchor_rows():
@@ -127,8 +127,7 @@ def test_planner_choices_on_the_anchor_rows():
     the long member of the ragged batch split while the short ones stay whole."""
 
     def programs(lens, hkv, block_n, per_sm):
-        slots_per_seq, slots = plan_grid(len(lens), hkv, per_sm * 132)
-        plan = [chunk for chunk in slot_plan(lens, slots_per_seq, slots, block_n) if chunk]
+        plan = [chunk for chunk in slot_plan(lens, *plan_grid(len(lens), hkv, per_sm * 132), block_n) if chunk]
         return hkv * len(plan), sorted({end - start for _, start, end in plan})
 
     for lens in ([4096] * 16, [16384] * 4, [65536]):
@@ -138,10 +137,9 @@ def test_planner_choices_on_the_anchor_rows():
     assert programs([2048] * 8, 4, 32, 4) == (512, [128])
     assert programs([1024] * 64, 2, 32, 4) == (512, [256])
     assert programs([8192], 32, 64, 4) == (512, [512])
-    slots_per_seq, slots = plan_grid(64, 8, 528)
-    ragged = slot_plan([131072] + [1024] * 63, slots_per_seq, slots, 32)
+    ragged = slot_plan([131072] + [1024] * 63, *plan_grid(64, 8, 528), 32)
     per_seq = [sum(1 for chunk in ragged if chunk and chunk[0] == b) for b in range(64)]
-    assert per_seq[0] >= 32 and set(per_seq[1:]) == {1}
+    assert per_seq[0] >= 16 and set(per_seq[1:]) == {1}
 
 
 def test_split_bounds_cover_sequence_on_tile_edges():
@@ -155,10 +153,11 @@ def test_split_bounds_cover_sequence_on_tile_edges():
 
 
 def test_plan_grid_sized_from_batch_and_sms():
-    """S = floor(target / (B * Hkv)) slots per sequence (at least 1), then S * (B - 1) overflow slots."""
-    assert plan_grid(batch=4, num_kv_heads=8, target=528) == (16, 4 * 16 + 3 * 16)
-    assert plan_grid(batch=1, num_kv_heads=2, target=528) == (264, 264)
-    assert plan_grid(batch=600, num_kv_heads=8, target=528) == (1, 600 + 599)
+    """S = floor(target / (B * Hkv)) slots per sequence (at least 1), and one overflow program per OVERFLOW_RATIO
+    regular ones (none for a single sequence)."""
+    assert plan_grid(batch=4, num_kv_heads=8, target=528) == (16, 16)
+    assert plan_grid(batch=1, num_kv_heads=2, target=528) == (264, 0)
+    assert plan_grid(batch=600, num_kv_heads=8, target=528) == (1, 150)
 
 
 def test_auto_rule(device, monkeypatch):
@@ -285,22 +284,25 @@ def test_planned_cut_with_query_tokens_head_blocks_and_sinks(device, monkeypatch
 
 
 @triton.jit
-def _cut_kernel(SEQLENS, CHUNKS, CUT, batch, slots_per_seq, slots, window,
+def _cut_kernel(SEQLENS, CHUNKS, CUT, batch, slots_per_seq, overflow_slots, programs, window,
                 BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """CUT [3, slots] = (sequence, start, end) of every slot, as ``planned_chunk`` cuts inside the partial kernel."""
+    """CUT [3, programs] = (sequence, start, end) of every program's chunk, as the partial programs find them
+    (``locate_chunk``); programs with no chunk keep the caller's sentinel."""
     slot = tl.program_id(0)
-    seq, _, start, end, _ = planned_chunk(
-        SEQLENS, CHUNKS, 1, slot, True, batch, slots_per_seq, window, BLOCK_B, BLOCK_N, HAS_WINDOW, 1,
+    seq, _, start, end, _ = locate_chunk(
+        SEQLENS, CHUNKS, 1, slot, True, batch, slots_per_seq, overflow_slots, window, 0, BLOCK_N, 0, BLOCK_B,
+        HAS_WINDOW, 1,
     )  # fmt: skip
-    tl.store(CUT + slot, seq)
-    tl.store(CUT + slots + slot, start)
-    tl.store(CUT + 2 * slots + slot, end)
+    if seq < batch:
+        tl.store(CUT + slot, seq)
+        tl.store(CUT + programs + slot, start)
+        tl.store(CUT + 2 * programs + slot, end)
 
 
 @pytest.mark.parametrize("batch,window", [(1, None), (9, None), (40, 7000), (300, None)], ids=lambda v: str(v))
 def test_in_kernel_cut_equals_the_mirror(batch, window, device):
-    """``planned_chunk`` (what every partial program runs) cuts exactly as ``slot_plan``, slot by slot, overflow
-    slots included, and the chunk-0 programs publish each sequence's (chunk count, first overflow slot) for the
+    """The partial programs (the overflow ones first, then the regular slots) cut exactly as ``slot_plan``, program
+    by program, and the chunk-0 programs publish each sequence's (chunk count, first overflow chunk) for the
     combine."""
     g = torch.Generator().manual_seed(batch)
     lens = torch.randint(0, 3000, (batch,), generator=g)
@@ -308,18 +310,19 @@ def test_in_kernel_cut_equals_the_mirror(batch, window, device):
     if batch > 1:
         lens[1] = 200000
     block_n = 64
-    slots_per_seq, slots = plan_grid(batch, 2, 64)
-    cut = torch.empty(3, slots, dtype=torch.int32, device=device)
+    slots_per_seq, overflow_slots = plan_grid(batch, 2, 64)
+    programs = overflow_slots + batch * slots_per_seq
+    cut = torch.full((3, programs), batch, dtype=torch.int32, device=device)
     chunks = torch.empty(2, batch, dtype=torch.int32, device=device)
-    _cut_kernel[(slots,)](
-        lens.to(torch.int32).to(device), chunks, cut, batch, slots_per_seq, slots, window or 0,
+    _cut_kernel[(programs,)](
+        lens.to(torch.int32).to(device), chunks, cut, batch, slots_per_seq, overflow_slots, programs, window or 0,
         BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, HAS_WINDOW=window is not None,
     )  # fmt: skip
-    expect = slot_plan(lens.tolist(), slots_per_seq, slots, block_n, window_left=window)
+    expect = slot_plan(lens.tolist(), slots_per_seq, overflow_slots, block_n, window_left=window)
     cut = cut.cpu()
-    got = [tuple(cut[:, i].tolist()) if cut[0, i] < batch else None for i in range(slots)]
+    got = [tuple(cut[:, i].tolist()) if cut[0, i] < batch else None for i in range(programs)]
     assert got == expect
     counts = [sum(1 for chunk in expect if chunk and chunk[0] == b) for b in range(batch)]
     extra = [max(n - slots_per_seq, 0) for n in counts]
     assert chunks[0].tolist() == counts and chunks[1].tolist() == [sum(extra[:b]) for b in range(batch)]
-    assert batch == 1 or any(extra), "the case must use overflow slots"
+    assert batch == 1 or any(extra), "the case must use overflow chunks"

@@ -103,7 +103,8 @@ def test_partials_match_mirror_planned(device):
     c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=13)
     out = torch.full_like(c.q, float("nan"))
     lse = torch.empty(c.q.shape[:2], device=device)
-    num_sms, ppsm, block_n = 4, 2, 16
+    # 8 SMs x 2: two slots per sequence and two overflow programs, so the 300-token sequence gets three chunks
+    num_sms, ppsm, block_n = 8, 2, 16
     _, _, o_part, lse_part = decode_tma(
         *c.args, 0.125, out, lse, num_sms=num_sms, return_partials=True,
         config={"PAGES_PER_TILE": 1, "PROGRAMS_PER_SM": ppsm},
@@ -171,7 +172,7 @@ cfg = triton_tma.tma_config(d, group, page)
 desc = f"tensordesc<bf16[1,{page},1,{cfg['BLOCK_D']}]>"
 signature = dict(
     Q="*bf16", K_DESC=desc, V_DESC=desc, SEQLENS="*i32", BLOCK_TABLE="*i32", CHUNKS="*i32", O_PART="*fp32",
-    LSE_PART="*fp32", OUT="*bf16", LSE="*fp32", qk_scale="fp32", batch="i32", slots_per_seq="i32", num_pages="i32",
+    LSE_PART="*fp32", OUT="*bf16", LSE="*fp32", qk_scale="fp32", batch="i32", slots_per_seq="i32", overflow_slots="i32", num_pages="i32",
     stride_qb="i32", stride_qh="i32", stride_sl="i32", stride_btb="i32", stride_btp="i32", stride_ob="i32",
     stride_oh="i32",
 )

@@ -13,14 +13,15 @@ the source blog post stores acc_c unnormalised and multiplies by l_c again, weig
 Two ways to cut, one kernel:
 
 * planned (``num_splits=None``): every partial program derives the same cut from the B lengths, with no planner
-  launch (``planned_chunk``). Sequence b owns the S chunk slots [b * S, (b + 1) * S), S = floor(target / (B * Hkv))
-  from the shapes, target = (programs per SM for the tile, ``split_config``) x #SMs; chunks hold c ~ T / (S * B)
-  tiles, T the batch's tiles, so a uniform batch fills its S slots each when S divides its tiles (a regular slot
-  needs only its own length) and sequence b gets n_b = max(ceil(tiles_b / c), 1) chunks; chunks past S of longer sequences take the
-  overflow slots after B * S in sequence order (a prefix sum), so one long sequence among short ones still spreads
-  over the GPU. The grid (``plan_grid``) is sized from
-  B, Hkv and the SM count, never from the cache's capacity, and read by no host code, so one CUDA graph serves
-  every length. A sequence of one chunk is written straight to the output by its partial program.
+  launch (``plan_sizes``, ``planned_chunk``). Sequence b owns S chunk slots, S = floor(target / (B * Hkv)) from the
+  shapes, target = (programs per SM for the tile, ``split_config``) x #SMs, one program each. Chunks hold
+  c ~ T / (S * B) tiles, T the batch's tiles, so a uniform batch fills its S slots each when S divides its tiles (a
+  regular slot needs only its own length). Sequences longer than S chunks are cut into chunks sized so that their
+  chunks past S (overflow chunks, numbered in sequence order by a prefix sum) fit X = B * S / OVERFLOW_RATIO
+  overflow programs, which come first in the grid: one long sequence among short ones starts first and spreads over
+  the GPU. The grid (``plan_grid``) is sized from B, Hkv and the SM count, never from the cache's capacity, and read
+  by no host code, so one CUDA graph serves every length. A sequence of one chunk is written straight to the output
+  by its partial program.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
@@ -32,8 +33,8 @@ Two ways to cut, one kernel:
 Bytes: the visible K/V once per head block (one block unless q_len x group exceeds BLOCK_H), plus
 2 * chunks * q_len * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences. With a sliding window both
 modes cut only the visible tokens [window start, L), so pages before the window are never read.
-Grids: partial (Hkv * head blocks, chunk slots); combine (q_len * Hq, B, head-dim blocks), chained to the partial
-kernel by programmatic dependent launch.
+Grids: partial (Hkv * head blocks, chunk slots); combine (q_len * Hq / rows per program, B, head-dim blocks), chained
+to the partial kernel by programmatic dependent launch.
 """
 
 from __future__ import annotations
@@ -79,10 +80,12 @@ PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4)
 # the planned cut keeps every length of the batch in registers ([BLOCK_B]); above this batch the single-pass grid
 # is full anyway
 MAX_PLANNED_BATCH = 512
-# the combine kernel reads the chunks' LSEs in blocks of at most this many (next_power_of_2(S) when fewer)...
+# the combine kernel reads a sequence's own chunks in blocks of at most this many (next_power_of_2(S) when fewer)...
 COMBINE_BLOCK_S = 64
-# ...for up to COMBINE_MAX_ROWS query rows per program, within COMBINE_TILE fp32 elements of partials per load
-COMBINE_MAX_ROWS = 16
+# ...for up to COMBINE_MAX_ROWS query rows per program (fewer CTAs when every sequence is one chunk: 256 x 256 12/2
+# 4.1 -> 1.2 us with 16 rows, but a long sequence's overflow chunks then merge in narrower blocks), within
+# COMBINE_TILE fp32 elements of partials per load; overflow chunks in the widest block that fits the tile
+COMBINE_MAX_ROWS = 4
 COMBINE_TILE = 8192
 # the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
@@ -97,61 +100,103 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # planned partial grid (Hkv * head blocks, chunk slots): the KV heads of one chunk are dispatched together, as in the
 # single pass, and the overflow slots (empty for uniform batches) come last. False: (slots, Hkv * head blocks)
 PARTIAL_HEADS_FIRST = True
-# probe knob: False leaves out the overflow slots (correct only for lengths that never overflow, such as uniform ones)
-OVERFLOW_SLOTS = True
+# planned mode: one overflow program (first in the grid) per this many regular ones; overflow chunks are sized to fit
+# (plan_sizes), so a long sequence's chunks past its S slots are up to about this many times a regular chunk
+OVERFLOW_RATIO = 4
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
 
 @triton.jit
-def planned_chunk(
-    SEQLENS, CHUNKS, stride_sl, slot, publish, batch, slots_per_seq, window,
-    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+def batch_tiles(
+    SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr,
 ):  # fmt: skip
-    """Planned mode: (seq, seqlen, start, end, count) of chunk slot ``slot``, identical in every program and in
-    ``slot_plan``; seq >= B marks an unused slot, count is the sequence's number of chunks.
-
-    With T = sum_b ceil(L_b / BLOCK_N) tiles over the visible lengths L_b (a sliding window's first token on), chunks
-    hold c = max(ceil(T / (S * B)), 1) tiles (S = slots_per_seq), snapped up to ceil(t_max / max(t_max // c, 1)) so
-    that the longest sequence (t_max tiles) divides evenly, and sequence b gets n_b = max(ceil(tiles_b / c), 1)
-    chunks (an empty sequence one empty chunk, whose program writes out = 0, lse = -inf): a uniform batch fills its S
-    slots each when S divides its tiles (else each sequence's last slots stay empty). Slot b * S + s (s < S) is
-    chunk s of sequence b; chunk S + j of sequence b is overflow
-    slot B * S + (sum over earlier sequences of max(n - S, 0)) + j.
-    publish: the program also writes its sequence's (n_b, first overflow slot - B * S) to CHUNKS [2, B] for the
-    combine, if it holds the sequence's chunk 0 (callers pass True for one KV head only)."""
+    """(tiles [BLOCK_B], lengths [BLOCK_B], offs_b) of the batch: BLOCK_N-tiles of each visible range (a sliding
+    window's first token on), 0 past B."""
     offs_b = tl.arange(0, BLOCK_B)
-    regular = batch * slots_per_seq
-    # a regular slot's sequence and length need no other length: this load runs beside the batch's
-    seq = tl.minimum(slot // slots_per_seq, batch - 1)
-    split = slot - seq * slots_per_seq
-    seqlen = tl.load(SEQLENS + seq * stride_sl)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
-    # [BLOCK_B] tiles of each visible range; their sum in int64 (it may pass 2^31 for very long batches)
-    tiles = tl.cdiv(lens - window_starts(lens, window, HAS_WINDOW, Q_LEN), BLOCK_N)
-    per_chunk = tl.maximum(tl.cdiv(tl.sum(tiles.to(tl.int64), axis=0), regular), 1).to(tl.int32)
-    # snapped up so that the longest sequence divides evenly (a uniform batch: exactly k chunks each)
+    return tl.cdiv(lens - window_starts(lens, window, HAS_WINDOW, Q_LEN), BLOCK_N), lens, offs_b
+
+
+@triton.jit
+def chunk_tiles(tiles, per_chunk, over_chunk, slots_per_seq):
+    """Tiles per chunk of a sequence of ``tiles`` tiles: per_chunk, or over_chunk if it needs more than S chunks."""
+    return tl.where(tiles > slots_per_seq * per_chunk, over_chunk, per_chunk)
+
+
+@triton.jit
+def overflow_counts(tiles, per_chunk, over_chunk, slots_per_seq, live):
+    """[BLOCK_B] overflow chunks of each sequence (those past its S slots), 0 where not ``live``."""
+    count = tl.cdiv(tiles, chunk_tiles(tiles, per_chunk, over_chunk, slots_per_seq))
+    return tl.where(live, tl.maximum(count - slots_per_seq, 0), 0)
+
+
+@triton.jit
+def plan_sizes(
+    SEQLENS, stride_sl, batch, slots_per_seq, overflow_slots, window, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+):  # fmt: skip
+    """The planned cut's chunk sizes, identical in every program and in ``slot_plan``: (per_chunk, over_chunk).
+
+    With T = sum_b ceil(L_b / BLOCK_N) tiles over the visible lengths, chunks hold per_chunk = max(ceil(T / (S * B)),
+    1) tiles (S = slots_per_seq), snapped up to ceil(t_max / max(t_max // per_chunk, 1)) so that the longest sequence
+    (t_max tiles) divides evenly: a uniform batch fills its S slots each when S divides its tiles. The K sequences
+    longer than S * per_chunk tiles (V tiles in all) are cut into chunks of over_chunk = ceil(V / (X + K * (S - 1)))
+    tiles instead, X = overflow_slots, so that their chunks past S, the overflow chunks, number fewer than X
+    (sum ceil(t_b / over_chunk) < V / over_chunk + K <= X + K * S)."""
+    tiles, _, offs_b = batch_tiles(SEQLENS, stride_sl, batch, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN)
+    # T < 2^31 tiles: a cache of 2^35 tokens
+    per_chunk = tl.maximum(tl.cdiv(tl.sum(tiles, axis=0), batch * slots_per_seq), 1)
     longest = tl.max(tiles, axis=0)
     per_chunk = tl.maximum(tl.cdiv(longest, tl.maximum(longest // per_chunk, 1)), 1)
-    if slot >= regular:
-        # [BLOCK_B] overflow chunks of each sequence and their inclusive prefix sum
-        extra = tl.where(offs_b < batch, tl.maximum(tl.cdiv(tiles, per_chunk) - slots_per_seq, 0), 0)
+    long_seq = tiles > slots_per_seq * per_chunk
+    num_long = tl.sum(long_seq.to(tl.int32), axis=0)
+    long_tiles = tl.sum(tl.where(long_seq, tiles, 0), axis=0)
+    over_chunk = tl.maximum(tl.cdiv(long_tiles, tl.maximum(overflow_slots + num_long * (slots_per_seq - 1), 1)), 1)
+    return per_chunk, over_chunk
+
+
+@triton.jit
+def planned_chunk(
+    SEQLENS, CHUNKS, stride_sl, slot, publish, batch, slots_per_seq, overflow_slots, window,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+):  # fmt: skip
+    """Planned mode: (seq, seqlen, start, end, count) of program ``slot``; seq = B marks an unused slot, count is the
+    sequence's number of chunks. The partial row of the result is ``slot`` too.
+
+    The X = overflow_slots programs come first: program j < X runs overflow chunk j, if there is one (the long
+    sequences' chunks past their S, in sequence order: a prefix sum over the batch), so the longest work starts
+    first. Program X + b * S + s runs chunk s < S of sequence b, which needs only its own length. publish: the
+    program also writes its sequence's (chunk count, first overflow chunk) to CHUNKS [2, B] for the combine, if it
+    holds the sequence's chunk 0 (callers pass True for one KV head only)."""
+    per_chunk, over_chunk = plan_sizes(
+        SEQLENS, stride_sl, batch, slots_per_seq, overflow_slots, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN
+    )
+    if slot >= overflow_slots:
+        seq = (slot - overflow_slots) // slots_per_seq
+        split = slot - overflow_slots - seq * slots_per_seq
+        seqlen = tl.load(SEQLENS + seq * stride_sl)
+    else:
+        tiles, lens, offs_b = batch_tiles(SEQLENS, stride_sl, batch, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN)
+        extra = overflow_counts(tiles, per_chunk, over_chunk, slots_per_seq, offs_b < batch)
         incl = tl.cumsum(extra, axis=0)
-        over = slot - regular
-        # the first sequence whose overflow chunks reach past `over`; B or more past the last one (an unused slot)
-        seq = tl.sum((incl <= over).to(tl.int32), axis=0)
+        # the first sequence whose overflow chunks reach past `slot` (B or more past the last one: unused)
+        seq = tl.sum((incl <= slot).to(tl.int32), axis=0)
         pick = offs_b == seq
-        split = slots_per_seq + over - tl.sum(tl.where(pick, incl - extra, 0), axis=0)
+        split = slots_per_seq + slot - tl.sum(tl.where(pick, incl - extra, 0), axis=0)
         seqlen = tl.sum(tl.where(pick, lens, 0), axis=0)
     first = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
-    count = tl.maximum(tl.cdiv(tl.cdiv(seqlen - first, BLOCK_N), per_chunk), 1)
-    if publish & (split == 0) & (slot < regular):
-        earlier = tl.where(offs_b < seq, tl.maximum(tl.cdiv(tiles, per_chunk) - slots_per_seq, 0), 0)
+    size = chunk_tiles(tl.cdiv(seqlen - first, BLOCK_N), per_chunk, over_chunk, slots_per_seq)
+    count = tl.maximum(tl.cdiv(tl.cdiv(seqlen - first, BLOCK_N), size), 1)
+    if publish & (split == 0) & (slot >= overflow_slots):
+        tiles, _, offs_b = batch_tiles(SEQLENS, stride_sl, batch, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN)
         tl.store(CHUNKS + seq, count)
-        tl.store(CHUNKS + batch + seq, tl.sum(earlier, axis=0))
-    start = first + split * per_chunk * BLOCK_N
-    end = tl.minimum(start + per_chunk * BLOCK_N, seqlen)
-    seq = tl.where(split < count, seq, batch)
+        tl.store(CHUNKS + batch + seq, tl.sum(overflow_counts(tiles, per_chunk, over_chunk, slots_per_seq,
+                                                              offs_b < seq), axis=0))  # fmt: skip
+    start = first + split * size * BLOCK_N
+    end = tl.minimum(start + size * BLOCK_N, seqlen)
+    seq = tl.where((seq < batch) & (split < count), seq, batch)
     return seq, seqlen, start, end, count
 
 
@@ -177,26 +222,25 @@ def fixed_chunk(
 
 @triton.jit
 def locate_chunk(
-    SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, window,
+    SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, overflow_slots, window,
     NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr = 0, BLOCK_B: tl.constexpr = 1,
     HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
 ):  # fmt: skip
-    """The work of partial program chunk_id, in either mode: (seq, seqlen, start, end, single). In the planned
-    mode (NUM_SPLITS == 0, ``planned_chunk``, which also publishes the chunk counts) an unused slot has seq >= B
-    (the caller returns); single: the chunk is its whole sequence (its program writes the output)."""
+    """The chunk of partial program chunk_id, in either mode: (seq, seqlen, start, end, single); its partial row is
+    chunk_id. In the planned mode (NUM_SPLITS == 0, ``planned_chunk``, which also publishes the chunk counts) an
+    unused program has seq >= B (the caller returns); single: the chunk is its whole sequence (its program writes the
+    output)."""
     if NUM_SPLITS > 0:
         seq, seqlen, start, end = fixed_chunk(
             SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
         )
         # one split per sequence: no combine is launched
-        single = NUM_SPLITS == 1
-    else:
-        seq, seqlen, start, end, count = planned_chunk(
-            SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, window,
-            BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN,
-        )  # fmt: skip
-        single = count == 1
-    return seq, seqlen, start, end, single
+        return seq, seqlen, start, end, NUM_SPLITS == 1
+    seq, seqlen, start, end, count = planned_chunk(
+        SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, overflow_slots, window,
+        BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN,
+    )  # fmt: skip
+    return seq, seqlen, start, end, count == 1
 
 
 @triton.jit
@@ -246,6 +290,7 @@ def _partial_kernel(
     num_q_heads,
     batch,
     slots_per_seq,
+    overflow_slots,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -299,7 +344,7 @@ def _partial_kernel(
     let_next_start(USE_PDL)
 
     seq, seqlen, start, end, single = locate_chunk(
-        SEQLENS, CHUNKS, stride_sl, chunk_id, head_id == 0, batch, slots_per_seq, window,
+        SEQLENS, CHUNKS, stride_sl, chunk_id, head_id == 0, batch, slots_per_seq, overflow_slots, window,
         NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, BLOCK_B, HAS_WINDOW, Q_LEN,
     )  # fmt: skip
     if seq >= batch:
@@ -320,6 +365,27 @@ def _partial_kernel(
 
 
 @triton.jit
+def merge_chunks(
+    m_i, l_i, acc, O_PART, LSE_PART, slot, mask_s, offs_r, mask_r, offs_d, num_rows, BLOCK_D: tl.constexpr
+):  # fmt: skip
+    """One step of the combine's online softmax over chunk LSEs (natural log): the partials of the chunks at partial
+    rows ``slot`` [BLOCK_S] (``mask_s``) for query rows offs_r [BLOCK_R] (``mask_r``) and head-dim columns offs_d,
+    merged into the running max m_i, sum l_i [BLOCK_R] and weighted output acc [BLOCK_R, BLOCK_DC]."""
+    # [BLOCK_S, BLOCK_R] partial rows; empty chunks hold -inf
+    rows = slot.to(tl.int64)[:, None] * num_rows + offs_r[None, :]
+    mask_sr = mask_s[:, None] & mask_r[None, :]
+    lse_s = tl.load(LSE_PART + rows, mask=mask_sr, other=float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
+    # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_ref)
+    w = tl.exp(lse_s - m_ref[None, :])
+    # [BLOCK_S, BLOCK_R, BLOCK_DC]
+    o = tl.load(O_PART + rows[:, :, None] * BLOCK_D + offs_d[None, None, :], mask=mask_sr[:, :, None], other=0.0)
+    return m_new, l_i * alpha + tl.sum(w, axis=0), acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
+
+
+@triton.jit
 def _combine_kernel(
     O_PART,
     LSE_PART,
@@ -329,6 +395,7 @@ def _combine_kernel(
     SINKS,
     batch,
     slots_per_seq,
+    overflow_slots,
     num_rows,
     num_q_heads,
     stride_ob,
@@ -337,6 +404,7 @@ def _combine_kernel(
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    BLOCK_SO: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DC: tl.constexpr,
@@ -354,16 +422,15 @@ def _combine_kernel(
         count = NUM_SPLITS
         over_first = 0
     else:
-        # published by the program of the sequence's chunk 0 (planned_chunk)
+        # published by the program of the sequence's chunk 0 (planned_chunk); overflow chunk j is at partial row j
         count = tl.load(CHUNKS + seq)
         over_first = tl.load(CHUNKS + batch + seq)
         if count == 1:
             # written by its partial program
             return
-    offs_s = tl.arange(0, BLOCK_S)
     offs_d = d0 + tl.arange(0, BLOCK_DC)
 
-    # the online softmax again, over the chunks' LSEs (natural log), per row: running max, sum and weighted output
+    # the online softmax again, over the chunks' LSEs, per row: running max, sum and weighted output
     m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_R], tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_DC], tl.float32)
@@ -371,27 +438,23 @@ def _combine_kernel(
         # the sink is one more "chunk" of mass exp(sink) and output 0, counted once per row
         m_i = tl.load(SINKS + offs_r % num_q_heads, mask=mask_r, other=float("-inf"))
         l_i = tl.where(mask_r, 1.0, 0.0)
-    for s0 in range(0, count, BLOCK_S):
-        split = s0 + offs_s
-        mask_s = split < count
-        # chunk s of the sequence: its own slot, or (s >= S, planned mode) an overflow slot
-        slot = tl.where(split < slots_per_seq, seq * slots_per_seq + split,
-                        batch * slots_per_seq + over_first + split - slots_per_seq)  # fmt: skip
-        # [BLOCK_S, BLOCK_R] partial rows; empty chunks hold -inf
-        rows = slot.to(tl.int64)[:, None] * num_rows + offs_r[None, :]
-        mask_sr = mask_s[:, None] & mask_r[None, :]
-        lse_s = tl.load(LSE_PART + rows, mask=mask_sr, other=float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
-        # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_ref)
-        w = tl.exp(lse_s - m_ref[None, :])
-        # [BLOCK_S, BLOCK_R, BLOCK_DC]
-        o = tl.load(O_PART + rows[:, :, None] * BLOCK_D + offs_d[None, None, :], mask=mask_sr[:, :, None],
-                    other=0.0)  # fmt: skip
-        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
-        l_i = l_i * alpha + tl.sum(w, axis=0)
-        m_i = m_new
+    # the sequence's own S slots, in blocks of BLOCK_S (next_power_of_2(S): one block, usually)...
+    own = tl.minimum(count, slots_per_seq)
+    for s0 in range(0, own, BLOCK_S):
+        split = s0 + tl.arange(0, BLOCK_S)
+        m_i, l_i, acc = merge_chunks(
+            m_i, l_i, acc, O_PART, LSE_PART, overflow_slots + seq * slots_per_seq + split, split < own, offs_r, mask_r,
+            offs_d,
+            num_rows, BLOCK_D,
+        )  # fmt: skip
+    # ...then its overflow chunks (planned mode, sequences longer than S chunks), in wide blocks
+    over_rows = over_first
+    for s0 in range(0, count - own, BLOCK_SO):
+        split = s0 + tl.arange(0, BLOCK_SO)
+        m_i, l_i, acc = merge_chunks(
+            m_i, l_i, acc, O_PART, LSE_PART, over_rows + split, split < count - own, offs_r, mask_r, offs_d,
+            num_rows, BLOCK_D,
+        )  # fmt: skip
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
@@ -406,17 +469,18 @@ def _combine_kernel(
 
 
 def plan_grid(batch: int, num_kv_heads: int, target: int) -> tuple[int, int]:
-    """(chunk slots per sequence S, chunk slots) of the planned grid for about ``target`` programs (``planned_chunk``).
+    """(chunk slots per sequence S, overflow programs X) of the planned mode for about ``target`` programs: a grid of
+    X + B * S programs per KV head (and head block), one partial row each.
 
     S = max(floor(target / (B * Hkv)), 1), rounded down so that a uniform batch fills its slots (when S divides its
-    tiles; empty slots among busy ones unbalance the SMs: the block scheduler deals them out like real work, measured
-    on 64 x 3064 32/8 with S = 2 and one chunk each: 199 us against 183 for the same chunks without the holes). Overflow: with
-    c >= T / (S * B) tiles, the k >= 1 sequences past S chunks hold sum (n_b - S) < sum t_b / c + k - k * S
-    <= S * B - (S - 1) of them, so S * (B - 1) slots after the B * S regular ones take any lengths. Sized from B, Hkv
-    and the SM count, never from the cache's capacity."""
+    tiles): no empty program among busy ones (the block scheduler deals empty programs out like real work:
+    64 x 3064 32/8 with S = 2 and one chunk each took 199 us against 183 for the same chunks without the holes).
+    X = ceil(B * S / OVERFLOW_RATIO) overflow programs (none for one sequence, which never overflows) come first in
+    the grid: the long sequences' extra chunks start before everything else, and for a uniform batch the X empty
+    ones leave at once instead of queueing behind the busy ones at the end (2-4 us on the 12/2 and 28/4 rows). Sized
+    from B, Hkv and the SM count, never from the cache's capacity."""
     slots_per_seq = max(1, target // (batch * num_kv_heads))
-    overflow = slots_per_seq * (batch - 1) if OVERFLOW_SLOTS else 0
-    return slots_per_seq, batch * slots_per_seq + overflow
+    return slots_per_seq, (cdiv(batch * slots_per_seq, OVERFLOW_RATIO) if batch > 1 else 0)
 
 
 def visible_start(seqlen: int, window_left: int | None, q_len: int = 1) -> int:
@@ -441,25 +505,29 @@ def split_bounds(
 
 
 def slot_plan(
-    seqlens, slots_per_seq, slots, block_n, window_left=None, q_len=1
+    seqlens, slots_per_seq, overflow_slots, block_n, window_left=None, q_len=1
 ) -> list[tuple[int, int, int] | None]:  # fmt: skip
-    """Planned mode: (sequence, start, end) of every chunk slot, or None for an unused one, exactly as
-    ``planned_chunk`` cuts (over each sequence's visible tokens)."""
-    batch = len(seqlens)
+    """Planned mode: (sequence, start, end) of every program's chunk (overflow programs first, then the regular
+    slots), None for an unused one, exactly as ``plan_sizes`` and ``planned_chunk`` cut (over each sequence's
+    visible tokens)."""
+    batch, s_, x_ = len(seqlens), slots_per_seq, overflow_slots
     firsts = [visible_start(n, window_left, q_len) for n in seqlens]
     tiles = [cdiv(n - f, block_n) for n, f in zip(seqlens, firsts)]
-    per_chunk = max(cdiv(sum(tiles), batch * slots_per_seq), 1)
+    per_chunk = max(cdiv(sum(tiles), batch * s_), 1)
     longest = max(tiles, default=0)
     per_chunk = max(cdiv(longest, max(longest // per_chunk, 1)), 1)
-    counts = [max(cdiv(t, per_chunk), 1) for t in tiles]
-    plan = [None] * slots
-    over = batch * slots_per_seq
-    for b, (n, f, count) in enumerate(zip(seqlens, firsts, counts)):
+    long_tiles = [t for t in tiles if t > s_ * per_chunk]
+    over_chunk = max(cdiv(sum(long_tiles), max(x_ + len(long_tiles) * (s_ - 1), 1)), 1)
+    plan = [None] * (x_ + batch * s_)
+    over = 0
+    for b, (n, f, t) in enumerate(zip(seqlens, firsts, tiles)):
+        size = over_chunk if t > s_ * per_chunk else per_chunk
+        count = max(cdiv(t, size), 1)
         for s in range(count):
-            slot = b * slots_per_seq + s if s < slots_per_seq else over + s - slots_per_seq
-            start = f + s * per_chunk * block_n
-            plan[slot] = (b, start, min(start + per_chunk * block_n, n))
-        over += max(count - slots_per_seq, 0)
+            row = x_ + b * s_ + s if s < s_ else over + s - s_
+            start = f + s * size * block_n
+            plan[row] = (b, start, min(start + size * block_n, n))
+        over += max(count - s_, 0)
     return plan
 
 
@@ -484,19 +552,18 @@ def split_config(
 
 def launch_combine(
     o_part, lse_part, out, lse, chunk_counts, slots_per_seq, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None,
+    num_sms=None, overflow_slots=0,
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [slots, q_len * Hq, BLOCK_D] and lse_part [slots, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
-    planned mode (chunk_counts: the int32 [2, B] the partial programs published), S for fixed splits;
-    slots_per_seq: S either way. sinks: [Hq] fp32 or None. deterministic: blocks of COMBINE_BLOCK_S chunks always, so
+    planned mode (chunk_counts: the int32 [2, B] the partial programs published; overflow_slots: X, the overflow
+    programs' rows before the regular ones), S for fixed splits; slots_per_seq: S either way. sinks: [Hq] fp32 or None. deterministic: blocks of COMBINE_BLOCK_S chunks always, so
     the summation tree does not depend on S. pdl: launched with programmatic dependent launch. num_sms: lets a call
     with few (sequence, row) pairs use the COMBINE_WIDE blocks, and sets how many rows a program merges.
 
-    Shape: chunk blocks of next_power_of_2(S) (at most COMBINE_BLOCK_S; a sequence with overflow chunks loops), and
-    BLOCK_R rows per program while the [BLOCK_S, BLOCK_R, BLOCK_DC] tile stays within COMBINE_TILE elements and the
-    grid keeps about one program per SM: few large programs when every sequence is one chunk (the combine then only
-    reads the counts), one row each when there are few rows."""
+    Shape: a sequence's own chunks in blocks of next_power_of_2(S) (at most COMBINE_BLOCK_S), BLOCK_R rows per
+    program while the [BLOCK_S, BLOCK_R, BLOCK_DC] tile stays within COMBINE_TILE elements and the grid keeps about
+    one program per SM, and overflow chunks in blocks of BLOCK_SO, the most that fit the tile."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     num_rows, block_d = q_len * num_q_heads, o_part.shape[2]
@@ -512,12 +579,13 @@ def launch_combine(
     if num_sms:
         # round down to a power of two: about one program per SM at least
         block_r = min(block_r, 1 << max(batch * num_rows // num_sms, 1).bit_length() - 1)
+    block_so = max(block_s, COMBINE_TILE // (block_r * block_dc)) if not num_splits else 1
     _combine_kernel[(cdiv(num_rows, block_r), batch, d_blocks)](
         o_part, lse_part, out4, lse if lse is not None else lse_part, chunk_counts,
-        sinks if sinks is not None else lse_part, batch, slots_per_seq, num_rows, num_q_heads,
+        sinks if sinks is not None else lse_part, batch, slots_per_seq, overflow_slots, num_rows, num_q_heads,
         out4.stride(0), out4.stride(1), out4.stride(2),
-        NUM_SPLITS=num_splits, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_R=block_r, BLOCK_D=block_d,
-        BLOCK_DC=block_dc, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
+        NUM_SPLITS=num_splits, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_SO=block_so, BLOCK_R=block_r,
+        BLOCK_D=block_d, BLOCK_DC=block_dc, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
         USE_PDL=pdl, **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
@@ -532,10 +600,10 @@ def decode_splitk(
         num_splits: None for the planned mode, or S >= 1 for S splits per sequence (fixed mode).
         num_sms: SMs to plan for (planned mode); defaults to the device's.
         split_tokens: deterministic mode: splits of this many tokens (a multiple of BLOCK_N); num_splits must be None.
-        return_partials: also return the fp32 partial outputs [slots, q_len * Hq, BLOCK_D] and LSEs
-            [slots, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
-            straight to ``out`` and leave their rows unset, as do unused slots). Partials hold no sink (it joins in
-            the combine).
+        return_partials: also return the fp32 partial outputs [programs, q_len * Hq, BLOCK_D] and LSEs
+            [programs, q_len * Hq], row = token * Hq + head (tests; rows as ``slot_plan`` lists them in the planned
+            mode, where single-chunk sequences go straight to ``out`` and leave their rows unset, as do unused ones).
+            Partials hold no sink (it joins in the combine).
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -557,10 +625,11 @@ def decode_splitk(
         num_splits = max(1, cdiv(max_tokens, split_tokens))
     if num_splits is None:
         fixed = 0
-        slots_per_seq, chunks = plan_grid(batch, num_kv_heads, saturation * num_sms)
+        slots_per_seq, overflow_slots = plan_grid(batch, num_kv_heads, saturation * num_sms)
+        chunks = overflow_slots + batch * slots_per_seq
         chunk_counts = torch.empty(2, batch, dtype=torch.int32, device=q.device)
     else:
-        fixed, slots_per_seq, chunks = num_splits, num_splits, batch * num_splits
+        fixed, slots_per_seq, overflow_slots, chunks = num_splits, num_splits, 0, batch * num_splits
         # fixed mode never reads it
         chunk_counts = cache_seqlens
     o_part = torch.empty(chunks, q_len * num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
@@ -569,14 +638,15 @@ def decode_splitk(
     pdl = use_pdl(q.device)
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    # planned grids have 2 * S * B - S < 2 * target / Hkv + B chunk slots, within grid dim 1's 65535; fixed ones may not
+    # planned grids have X + B * S <= 1.25 * max(target / Hkv, B) + 1 programs per head, within grid dim 1's 65535;
+    # fixed ones may not
     heads_first = PARTIAL_HEADS_FIRST and not fixed
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     _partial_kernel[grid](
         q4, k_cache, v_cache, cache_seqlens, block_table, chunk_counts, o_part, lse_part, out4,
         lse if lse is not None else lse_part,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch,
-        slots_per_seq=slots_per_seq,
+        slots_per_seq=slots_per_seq, overflow_slots=overflow_slots,
         stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
         stride_kp=k_cache.stride(0), stride_kt=k_cache.stride(1), stride_kh=k_cache.stride(2),
         stride_vp=v_cache.stride(0), stride_vt=v_cache.stride(1), stride_vh=v_cache.stride(2),
@@ -591,7 +661,7 @@ def decode_splitk(
     if fixed > 1 or (not fixed and max_tokens > cfg["BLOCK_N"]):
         launch_combine(
             o_part, lse_part, out4, lse, chunk_counts, slots_per_seq, fixed, sinks=features.sinks,
-            deterministic=bool(split_tokens), pdl=pdl, num_sms=num_sms,
+            deterministic=bool(split_tokens), pdl=pdl, num_sms=num_sms, overflow_slots=overflow_slots,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part

@@ -182,6 +182,7 @@ def _tma_partial_kernel(
     qk_scale,
     batch,
     slots_per_seq,
+    overflow_slots,
     num_pages,
     stride_qb,
     stride_qh,
@@ -206,11 +207,27 @@ def _tma_partial_kernel(
     kv_head = tl.program_id(1)
     num_q_heads = GROUP * tl.num_programs(1)
     seq, _, start, end, single = locate_chunk(
-        SEQLENS, CHUNKS, stride_sl, chunk_id, kv_head == 0, batch, slots_per_seq, 0, NUM_SPLITS, BLOCK_N, 0, BLOCK_B,
+        SEQLENS, CHUNKS, stride_sl, chunk_id, kv_head == 0, batch, slots_per_seq, overflow_slots, 0,
+        NUM_SPLITS, BLOCK_N, 0, BLOCK_B,
     )  # fmt: skip
-    if seq >= batch:
-        return
-    seq = seq.to(tl.int64)
+    if seq < batch:
+        _attend_chunk(
+            Q, K_DESC, V_DESC, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, seq.to(tl.int64), kv_head, start, end,
+            single, chunk_id, qk_scale, num_pages, num_q_heads, stride_qb, stride_qh, stride_btb, stride_btp,
+            stride_ob, stride_oh, GROUP, HEAD_DIM, PAGE_SIZE, PAGES_PER_TILE, BLOCK_H, BLOCK_D, DOT_F32, WRITE_LSE,
+        )  # fmt: skip
+
+
+@triton.jit
+def _attend_chunk(
+    Q, K_DESC, V_DESC, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, seq, kv_head, start, end, single, row, qk_scale,
+    num_pages, num_q_heads, stride_qb, stride_qh, stride_btb, stride_btp, stride_ob, stride_oh,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, WRITE_LSE: tl.constexpr,
+):  # fmt: skip
+    """Chunk [start, end) of sequence seq (int64) for one KV head, written to partial row ``row`` (or, single, to the
+    output)."""
+    BLOCK_N: tl.constexpr = PAGES_PER_TILE * PAGE_SIZE
     block_row = BLOCK_TABLE + seq * stride_btb
 
     offs_d = tl.arange(0, BLOCK_D)
@@ -249,7 +266,7 @@ def _tma_partial_kernel(
     out, lse = finalize(m_i, l_i, acc)
     # no sinks, one query token, one head block: LSE_PART stands in for the unused sink pointer
     store_chunk(
-        O_PART, LSE_PART, OUT, LSE, LSE_PART, chunk_id, seq, kv_head, 0, out, lse, single, stride_ob, 0, stride_oh,
+        O_PART, LSE_PART, OUT, LSE, LSE_PART, row, seq, kv_head, 0, out, lse, single, stride_ob, 0, stride_oh,
         num_q_heads, GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, False, 1,
     )  # fmt: skip
 
@@ -349,11 +366,12 @@ def decode_tma(
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     if num_splits is None:
         fixed = 0
-        slots_per_seq, chunks = plan_grid(batch, num_kv_heads, programs_per_sm * num_sms)
+        slots_per_seq, overflow_slots = plan_grid(batch, num_kv_heads, programs_per_sm * num_sms)
+        chunks = overflow_slots + batch * slots_per_seq
         # each sequence's (chunk count, first overflow slot), published by its chunk-0 programs for the combine
         chunk_counts = torch.empty(2, batch, dtype=torch.int32, device=q.device)
     else:
-        fixed, slots_per_seq, chunks = num_splits, num_splits, batch * num_splits
+        fixed, slots_per_seq, overflow_slots, chunks = num_splits, num_splits, 0, batch * num_splits
         # fixed mode never reads it
         chunk_counts = cache_seqlens
     o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
@@ -361,14 +379,16 @@ def decode_tma(
     _tma_partial_kernel[(chunks, num_kv_heads)](
         q, _descriptor(k_cache, page_size, cfg["BLOCK_D"]), _descriptor(v_cache, page_size, cfg["BLOCK_D"]),
         cache_seqlens, block_table, chunk_counts, o_part, lse_part, out, lse if lse is not None else lse_part,
-        softmax_scale * LOG2E, batch, slots_per_seq, num_pages,
+        softmax_scale * LOG2E, batch, slots_per_seq, overflow_slots, num_pages,
         q.stride(0), q.stride(1), cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1),
         NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
         BLOCK_B=next_power_of_2(batch) if not fixed else 1, **cfg,
     )  # fmt: skip
-    launch_combine(o_part, lse_part, out, lse, chunk_counts, slots_per_seq, fixed, num_sms=num_sms)
+    launch_combine(
+        o_part, lse_part, out, lse, chunk_counts, slots_per_seq, fixed, num_sms=num_sms, overflow_slots=overflow_slots
+    )
     if return_partials:
         return out, lse, o_part, lse_part
     return out, lse
