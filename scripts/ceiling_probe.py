@@ -114,11 +114,10 @@ def main():
         # the decode access pattern without the math
         copies = rotation_copies(c, l2)
         cfg = launch_config(128, row.num_q_heads // row.num_kv_heads, torch.bfloat16)
-        group = row.num_q_heads // row.num_kv_heads
-        target = triton_splitk.split_config(128, group, torch.bfloat16, 1, 2, row.num_kv_heads)[1] * sms
-        grid = triton_splitk.plan_grid(row.batch, row.num_kv_heads, target)
-        plan = triton_splitk.slot_plan(row.seqlens, *grid, cfg["BLOCK_N"])
-        chunk = max(e - s for _, s, e in filter(None, plan))
+        max_chunks = triton_splitk.grid_chunks(row.batch, row.num_kv_heads, sms)
+        num_cand = triton_splitk.num_candidates(c.block_table.shape[1] * 16, cfg["BLOCK_N"])
+        plan = triton_splitk.chunk_plan(row.seqlens, row.num_kv_heads, sms, max_chunks, cfg["BLOCK_N"], num_cand)
+        chunk = max(e - s for _, s, e in plan)
         for mult in (1, 2, 4):
             size = chunk * mult
             chunks = [(b, s, min(s + size, L)) for b, L in enumerate(row.seqlens) for s in range(0, L, size)]

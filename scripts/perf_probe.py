@@ -1,8 +1,7 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the slot plan's overflow programs, one per 4, 2 or 1 regular ones, against fixed splits and
-the single pass; earlier: the grouped target, the grid order, the planner's target by tile,
-the combine reading the published chunk columns, the heads-first grid, the in-place plan, the fused merge, PDL,
-combine shapes, split tiles).
+switches buys (here: the heads-first partial grid for no tile class, the grouped one, or all, against fixed splits
+and the single pass; earlier: the slot plan (docs/design.md), the planner's target by tile, the combine reading the
+published chunk columns, the in-place plan, the fused merge, PDL, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
 torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
 
@@ -25,26 +24,26 @@ from flashdecode.triton_single import decode_single
 
 ROWS = [
     Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([131072], 12, 12),
-    Row([8192], 32, 32), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
+    Row([8192], 32, 32), Row([32768], 32, 32), Row([2048] * 8, 28, 4), Row([2048], 28, 4),
     Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
-    Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8), Row([4096] * 64, 32, 8),
+    Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
 ]  # fmt: skip
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("ratio2", dict(OVERFLOW_RATIO=2), "planned"),
-    ("ratio1", dict(OVERFLOW_RATIO=1), "planned"),
+    ("heads_none", dict(PARTIAL_HEADS_FIRST=()), "planned"),
+    ("heads_all", dict(PARTIAL_HEADS_FIRST=("grouped", "mha", "small_group")), "planned"),
     ("fixed", dict(), "fixed"),
     ("single", dict(), "single"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
-SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8"}
+SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
 # variants whose per-kernel GPU time goes to profile.txt
 PROFILED = ()
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
-            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "PARTIAL_HEADS_FIRST",
-             "PLANNER_SATURATION", "OVERFLOW_RATIO")}  # fmt: skip
+            ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
+             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION")}
 
 
 def set_variant(attrs):
@@ -55,8 +54,7 @@ def set_variant(attrs):
         setattr(triton_common if k == "PDL" else triton_splitk, k, v)
 
 
-def profile_row(row, name, fn, log):
-    """Per-kernel GPU time of 20 eager calls (torch.profiler) to log; returns {kernel: average µs} of the kernels."""
+def profile_row(row, fn, log):
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(3):
@@ -66,15 +64,9 @@ def profile_row(row, name, fn, log):
         for _ in range(20):
             fn()
         torch.cuda.synchronize()
-    log.write(f"== {row.name()} {name} (20 calls)\n")
+    log.write(f"== {row.name()} (20 calls)\n")
     log.write(prof.key_averages().table(sort_by="cuda_time_total", row_limit=8) + "\n")
     log.flush()
-    kernels = {}
-    for evt in prof.key_averages():
-        total = getattr(evt, "device_time_total", None) or getattr(evt, "cuda_time_total", 0)
-        if total and evt.key.startswith("_"):
-            kernels[evt.key.strip("_").replace("_kernel", "")] = round(total / max(evt.count, 1), 1)
-    return kernels
 
 
 def main():
@@ -93,7 +85,7 @@ def main():
         for name, attrs, mode in VARIANTS:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
-                runs += [(f"fixed{s}", attrs, s) for s in (1, 2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
+                runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
             elif mode != "single" or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
@@ -116,12 +108,11 @@ def main():
                 continue
             rec = dict(row=row.name(), variant=name, us=round(us, 2),
                        gbps=round(row.io_bytes() / us / 1e3))  # fmt: skip
-            if name in PROFILED:
-                rec["kernels"] = profile_row(row, name, fn, prof_log)
-                print(f"  {row.name():<20} {name:<12} graph {rec['us']:.1f}  eager kernels {rec['kernels']}", flush=True)
             log.write(json.dumps(rec) + "\n")
             log.flush()
             results.append(rec)
+            if name in PROFILED:
+                profile_row(row, fn, prof_log)
         table.append(f"{row.name():<22}" + "  ".join(f"{r['variant']} {r['us']:.1f}" for r in results))
         print(table[-1], flush=True)
     set_variant({})

@@ -24,7 +24,7 @@ ROWS = [
     Row([128], 28, 4), Row([128] * 8, 28, 4),
 ]
 TILES = [(64, 4, 3)]
-# the planned cut's programs per SM (SATURATION_PER_SM with PLANNER_SATURATION None)
+# the planner's SATURATION_PER_SM
 PLANS = [2, 4, 8]
 
 
@@ -46,7 +46,7 @@ def main():
             if kind == "single":
                 fn = lambda: decode_single(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             else:
-                triton_splitk.PLANNER_SATURATION, triton_splitk.SATURATION_PER_SM = None, ppsm
+                triton_splitk.SATURATION_PER_SM = ppsm
                 fn = lambda: triton_splitk.decode_splitk(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             try:
                 err = max_err(fn()[0], ref)

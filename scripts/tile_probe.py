@@ -37,8 +37,6 @@ def main():
     l2 = _l2_bytes("cuda")
     table = []
     default_sat = triton_splitk.SATURATION_PER_SM
-    # the probe's own target for every tile (PLANNER_SATURATION None: SATURATION_PER_SM)
-    triton_splitk.PLANNER_SATURATION = None
     for row in ROWS:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip

@@ -41,26 +41,26 @@ def reference_of(c, **kwargs):
 
 
 def planned_saturation(c, q_len=1):
-    """The programs per SM the split-K planned cut aims at for case c's tile (x #SMs: the target ``slot_plan`` must
-    be given to cut as the kernel does)."""
+    """The programs per SM the split-K planner aims at for case c's tile (what ``chunk_plan`` must be given to cut
+    as the kernel does)."""
     from flashdecode.triton_splitk import split_config
 
     hkv, d = c.k_cache.shape[2], c.q.shape[-1]
     group = c.q.shape[-2] // hkv
-    return split_config(d, group, c.q.dtype, q_len, c.k_cache.element_size(), hkv)[1]
+    return split_config(d, group, c.q.dtype, q_len, c.k_cache.element_size(), hkv, False)[1]
 
 
 def check_planned_partials(c, chunks, out, lse, o_part, lse_part, scale, head_dim):
     """A planned run against the float64 mirror: a long sequence cut into several chunks, the short ones whole
-    (seq 0 one chunk, the empty seq 3 one empty chunk); each multi-chunk partial and LSE matches the mirror (single-chunk
-    sequences go straight to ``out`` and leave their partial rows unset, as do unused slots, None in ``chunks``), and
-    the final output and LSE match the reference."""
+    (seq 0 one chunk, the empty seq 3 one empty chunk); each multi-chunk partial and LSE matches the mirror (single-chunk sequences go
+    straight to ``out`` and leave their partial rows unset), and the final output and LSE match the reference."""
     from flashdecode.triton_splitk import splitk_partials_mirror
 
-    per_seq = [sum(1 for chunk in chunks if chunk is not None and chunk[0] == s) for s in range(c.q.shape[0])]
+    per_seq = [sum(1 for b, _, _ in chunks if b == s) for s in range(c.q.shape[0])]
     assert per_seq[1] > 1 and per_seq[0] == 1 and per_seq[3] == 1
     ref_o, ref_lse = splitk_partials_mirror(*c.args, scale, chunks)
-    multi = torch.tensor([chunk is not None and per_seq[chunk[0]] > 1 for chunk in chunks])
+    # the grid has more chunk slots than chunks; the plan fills the first len(chunks)
+    multi = torch.tensor([per_seq[b] > 1 for b, _, _ in chunks])
     o_part, lse_part = o_part[: len(chunks)], lse_part[: len(chunks)]
     assert lse_err(lse_part[multi], ref_lse[multi]) <= 1e-5
     assert max_err(o_part[multi][..., :head_dim], ref_o[multi]) <= 1e-5

@@ -4,8 +4,8 @@ The interpreter executes kernels as Python, so it accepts code the compiler reje
 in one branch and a literal in the other passed every CPU test and failed on the H200). This test compiles the
 kernels for sm_90 without a GPU, in a subprocess without TRITON_INTERPRET, and checks that PDL compiles to
 griddepcontrol instructions. A second test runs ptxas on the split-K partial kernel's BLOCK_N-64 and prefetching
-BLOCK_N-32 variants, with the planned cut over 1 to 512 lengths, and checks they fit the 128 registers per thread
-that let 4 programs share an SM (one more register cost 4-20% on the H200: docs/design.md).
+BLOCK_N-32 variants and checks they fit the 128 registers per thread that let 4 programs share an SM (one more register cost 4-20% on the
+H200: docs/design.md).
 """
 
 import os
@@ -49,23 +49,33 @@ def compile_sm90(kernel, consts):
 FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=True, KV_FP8=KV != "*bf16")
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
-            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, PREFETCH_PAGES=False,
-            HEADS_FIRST=True, BLOCK_B=1)
-PLANNED = dict(NUM_SPLITS=0, BLOCK_B=512)
-PREFETCH = dict(BLOCK_N=32, PREFETCH_PAGES=True)
-for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024, HEADS_FIRST=False),
+            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
+            INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
+            HEADS_FIRST=False, NUM_SMS=132)
+INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16)
+PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
+for window in (False, True):
+    for q_len in (1, 4):
+        ptx = compile_sm90(triton_splitk._plan_kernel, dict(
+            BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64,
+            HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True, NUM_SMS=132)).asm["ptx"]
+        assert "griddepcontrol.launch_dependents" in ptx
+for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
               dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES),
-              dict(PLANNED), dict(PLANNED, Q_LEN=4, **FEATURES), dict(PLANNED, **PREFETCH),
-              dict(NUM_SPLITS=4, **PREFETCH, **FEATURES)):
+              dict(NUM_SPLITS=0, **INLINE), dict(NUM_SPLITS=0, Q_LEN=4, **INLINE, **FEATURES),
+              dict(NUM_SPLITS=0, **INLINE, **PREFETCH), dict(NUM_SPLITS=4, **PREFETCH, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
-    assert "griddepcontrol.launch_dependents" in ptx, extra
+    assert "griddepcontrol.wait" in ptx, extra
+# the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2
+for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES)):
+    ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
+    assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx, extra
 for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATURES)):
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
-for sinks, splits in ((False, 0), (True, 0), (True, 4)):
+for sinks in (False, True):
     ptx = compile_sm90(triton_splitk._combine_kernel, dict(
-        NUM_SPLITS=splits, HEAD_DIM=128, BLOCK_S=4, BLOCK_SO=16, BLOCK_R=4, BLOCK_D=128, BLOCK_DC=128, WRITE_LSE=True,
-        HAS_SINKS=sinks,
-        USE_PDL=True)).asm["ptx"]
+        NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, HAS_SINKS=sinks,
+        USE_PDL=True, MERGED_MAX=64)).asm["ptx"]
     assert "griddepcontrol.wait" in ptx
 print("compiled")
 """
@@ -84,47 +94,48 @@ def test_kernels_compile_for_sm90(kv):
 _REGISTERS = r"""
 import os, re, subprocess, sys, tempfile
 sys.path.insert(0, "src")
-import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from flashdecode import triton_splitk
 
 # as on the GPU: pointers and strides divisible by 16 (so loads vectorise), except the unit strides and counts
-NOT16 = ("stride_btp", "stride_sl", "window", "batch", "slots_per_seq", "num_q_heads", "stride_ot")
+NOT16 = ("stride_btp", "stride_sl", "window", "batch", "max_chunks", "num_q_heads", "stride_ot", "num_sms")
 FLOATS = ("qk_scale", "softcap", "K_SCALE", "V_SCALE")
 kernel = triton_splitk._partial_kernel
-BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, DOT_F32=False, WRITE_LSE=False, HEAD_BLOCKS=1, HAS_SOFTCAP=False,
-            HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False, Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True,
-            SPLIT_TOKENS=0, NUM_SPLITS=0, HEADS_FIRST=True, BLOCK_B=1)
+BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
+            WRITE_LSE=False, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
+            Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, NUM_SPLITS=0, FUSED_MAX=0,
+            MERGE_UNROLL=triton_splitk.MERGE_UNROLL, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1,
+            SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
+            HEADS_FIRST=False, NUM_SMS=132)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
-# the tiles split_config gives bf16 head_dim 128 where shared memory lets 4 programs share an SM: the small-group
-# split tile (group 1, 32 KV heads) and the prefetching 32-token tile of groups 4-8; the planned cut over 1 to 512
-# lengths, and fixed splits
-variants = []
-for group, hkv in ((1, 32), (4, 8), (6, 2), (7, 4), (8, 8)):
-    cfg = triton_splitk.split_config(128, group, torch.bfloat16, 1, 2, hkv)[0]
-    variants += [(group, dict(cfg, BLOCK_B=b)) for b in (1, 16, 512)] + [(group, dict(cfg, NUM_SPLITS=4))]
+variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
+variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16))
+             for g in (1, 6, 7) for b in (1, 2, 4, 16)]
+# the prefetching 32-token tile (launch_config's PREFETCH_TILE), planner-fed and in place
+variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)) for g in (4, 6, 7, 8)
+             for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16))]
 for group, extra in variants:
     consts = {**BASE, "GROUP": group, **extra}
-    options = dict(num_warps=consts.pop("num_warps"), num_stages=consts.pop("num_stages"))
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in consts:
             sig[name] = "constexpr"
             continue
         sig[name] = "fp32" if name in FLOATS else ("*bf16" if name in ("Q", "K", "V", "OUT") else
-                    ("*fp32" if name.isupper() and name not in ("SEQLENS", "BLOCK_TABLE", "CHUNKS")
+                    ("*fp32" if name.isupper() and name not in ("SEQLENS", "BLOCK_TABLE", "PLAN", "COUNTERS")
                      else ("*i32" if name.isupper() else "i32")))
         if name not in NOT16 and name not in FLOATS:
             attrs[(i,)] = [["tt.divisibility", 16]]
-    k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32), options=options)
+    k = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                       options=dict(num_warps=4, num_stages=3))
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(k.asm["ptx"])
     info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
                           text=True).stderr
-    worst.append((int(re.search(r"Used (\d+) registers", info).group(1)), group, sorted(map(str, extra.items()))))
+    worst.append((int(re.search(r"Used (\d+) registers", info).group(1)), group, sorted(extra.items())))
 print("registers", max(worst))
 assert max(worst)[0] <= 128, worst
 print("fits")

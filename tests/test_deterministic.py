@@ -58,12 +58,11 @@ def test_splits_follow_the_sequence_length_only():
 
 def test_without_the_flag_the_cut_depends_on_the_batch():
     """Why the flag exists: the planned cut adapts to the batch, so bits may move (here it must change the cut)."""
-    from flashdecode.triton_splitk import plan_grid, slot_plan, split_config
+    from flashdecode.triton_splitk import chunk_plan, grid_chunks, launch_config, num_candidates
 
     WATCHED = 2500
-    cfg, per_sm = split_config(32, 2, torch.bfloat16, 1, 2, 2)
-    alone = slot_plan([WATCHED], *plan_grid(1, 2, per_sm * 16), cfg["BLOCK_N"])
+    cfg = launch_config(32, 2, torch.bfloat16)
+    alone = chunk_plan([WATCHED], 2, 16, grid_chunks(1, 2, 16), cfg["BLOCK_N"], num_candidates(4096, cfg["BLOCK_N"]))
     batch = [WATCHED] + [3072] * 6
-    crowded = slot_plan(batch, *plan_grid(7, 2, per_sm * 16), cfg["BLOCK_N"])
-    alone, crowded = [x[1:] for x in alone if x and x[0] == 0], [x[1:] for x in crowded if x and x[0] == 0]
-    assert alone != crowded
+    crowded = chunk_plan(batch, 2, 16, grid_chunks(7, 2, 16), cfg["BLOCK_N"], num_candidates(4096, cfg["BLOCK_N"]))
+    assert [x for x in alone if x[0] == 0] != [x for x in crowded if x[0] == 0]

@@ -43,12 +43,16 @@ def test_cuda_graph_replay_with_growing_lengths(backend):
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
 
 
-def test_planned_split_is_exact_and_repeatable_under_contention():
-    """The planned cut on a ragged batch with long sequences (overflow slots in use): the combine, chained to the
-    partial kernel by programmatic dependent launch, reads the chunk counts the partial programs publish. After
-    filling the caching allocator with garbage of every workspace size, 200 runs: each matches the float64
-    reference and all are bit-identical (the combine sums in chunk order)."""
+def test_fused_merge_is_exact_and_order_free_under_contention():
+    """The fused merge (planned mode, B * Hq >= #SMs): each sequence's last chunk program to finish merges. Run on
+    a ragged batch with long sequences (many chunk programs racing per counter) after filling the caching
+    allocator with garbage of every workspace size (the planner must zero the counters), 200 times: every run
+    matches the float64 reference and all runs are bit-identical (the merge sums in chunk order, whatever order the
+    programs arrive in)."""
+    from flashdecode import triton_splitk
+
     c = case([16384, 1, 0, 9000, 4096, 33, 12000, 700] * 4, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=71)
+    assert triton_splitk.FUSED_COMBINE and c.q.shape[0] * c.q.shape[1] >= torch.cuda.get_device_properties(0).multi_processor_count
     for n in (256, 512, 1024, 4096):
         junk = torch.full((n,), 12345, dtype=torch.int32, device="cuda")
         del junk

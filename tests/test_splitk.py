@@ -4,8 +4,6 @@ import math
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 from helpers import (
     case,
     check_planned_partials,
@@ -20,12 +18,12 @@ from helpers import (
 
 from flashdecode import decode_attention
 from flashdecode.triton_splitk import (
+    chunk_plan,
     decode_splitk,
-    locate_chunk,
-    plan_grid,
-    slot_plan,
     split_bounds,
     splitk_partials_mirror,
+    grid_chunks,
+    num_candidates,
 )
 
 
@@ -59,15 +57,21 @@ def test_partials_match_mirror_fixed_splits(device):
 
 
 @pytest.mark.parametrize(
-    "num_sms,heads_first", [(2, True), (2, False), (64, True)], ids=["overflow", "slots-first", "wide"]
+    "num_sms,inline_max,combine", [(8, 16, False), (64, 16, True), (64, 0, True)], ids=["fused", "inline", "planner"]
 )
-def test_partials_match_mirror_planned(num_sms, heads_first, device, monkeypatch):
-    """Planned mode: every program derives the cut from the lengths; a long sequence among short ones gets several
-    chunks (at 2 SMs some in the overflow slots), each chunk's partial matches the float64 mirror of ``slot_plan``,
-    single-chunk sequences go straight to the output, in either grid order."""
+def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, monkeypatch):
+    """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
+    single-chunk sequences go straight to the output. Three ways to run the cut: B * Hq >= #SMs merges in the
+    partial kernel (planner kernel, no combine launch); fewer pairs with a small batch plan in place (no planner
+    launch: ``inline_chunk``); or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0)."""
     from flashdecode import triton_splitk
 
-    monkeypatch.setattr(triton_splitk, "PARTIAL_HEADS_FIRST", heads_first)
+    monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
+    launched = {"plan": 0, "combine": 0}
+    for name in launched:
+        real = getattr(triton_splitk, f"launch_{name}")
+        monkeypatch.setattr(triton_splitk, f"launch_{name}",
+                            lambda *a, _real=real, _name=name, **k: launched.__setitem__(_name, 1) or _real(*a, **k))
     lens = [3, 700, 20, 0, 64]
     c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=13)
     out = torch.full_like(c.q, float("nan"))
@@ -76,70 +80,40 @@ def test_partials_match_mirror_planned(num_sms, heads_first, device, monkeypatch
     _, _, o_part, lse_part = decode_splitk(
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
     )
-    slots_per_seq, overflow_slots = plan_grid(len(lens), 2, planned_saturation(c) * num_sms)
-    chunks = slot_plan(lens, slots_per_seq, overflow_slots, block_n)
-    overflow = any(chunk is not None for chunk in chunks[:overflow_slots])
-    assert overflow == (num_sms == 2)
+    max_tokens = c.block_table.shape[1] * 16
+    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(len(lens), 2, num_sms), block_n, num_candidates(max_tokens, block_n),
+                        saturation=planned_saturation(c))  # fmt: skip
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
+    assert launched == {"plan": int(inline_max == 0 or not combine), "combine": int(combine)}
 
 
-LENGTH_SETS = ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64, [0, 0, 9000], [17] * 3)
-
-
-def _random_length_sets(n=300):
-    g = torch.Generator().manual_seed(5)
-    for _ in range(n):
-        batch = int(torch.randint(1, 40, (1,), generator=g))
-        top = int(torch.randint(1, 20000, (1,), generator=g))
-        lens = torch.randint(0, top, (batch,), generator=g)
-        # a few very long members (the overflow's worst case) and empty ones
-        lens[torch.rand(batch, generator=g) < 0.1] = top * 30
-        lens[torch.rand(batch, generator=g) < 0.1] = 0
-        yield lens.tolist()
-
-
-def test_slot_plan_covers_every_token_within_the_grid():
-    """Any lengths, heads and targets: the cut fits the grid (the overflow bound of plan_grid), covers each sequence's
-    tokens once on tile edges, gives an empty sequence exactly one empty chunk, and a uniform batch no overflow slot
-    and, when S divides its tiles, every one of its slots."""
-    for lens in (*LENGTH_SETS, *_random_length_sets()):
-        for hkv, target in ((1, 8), (8, 528), (2, 528), (12, 396), (32, 2)):
-            slots_per_seq, overflow_slots = plan_grid(len(lens), hkv, target)
-            plan = slot_plan(lens, slots_per_seq, overflow_slots, 64)
-            assert len(plan) == overflow_slots + len(lens) * slots_per_seq, (lens, hkv, target)
+def test_chunk_plan_covers_every_token_within_the_grid():
+    for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64):
+        for hkv, sms in ((1, 8), (8, 132), (2, 132)):
+            slots = grid_chunks(len(lens), hkv, sms)
+            plan = chunk_plan(lens, hkv, sms, slots, 64, num_candidates(max(lens), 64))
+            assert len(plan) <= slots
             for b, n in enumerate(lens):
-                mine = sorted(chunk[1:] for chunk in plan if chunk is not None and chunk[0] == b)
-                # [0, n) once: contiguous chunks from 0 to n
-                assert mine[0][0] == 0 and mine[-1][1] == n
-                assert all(end == next_start for (_, end), (next_start, _) in zip(mine, mine[1:]))
-                assert all(start % 64 == 0 and (end > start or n == 0) for start, end in mine)
-                assert len(mine) >= 1 and (n > 0 or mine == [(0, 0)])
-            if len(set(lens)) == 1:
-                assert all(chunk is None for chunk in plan[:overflow_slots])
-                if lens[0] > 0 and -(-lens[0] // 64) % slots_per_seq == 0:
-                    assert all(chunk is not None for chunk in plan[overflow_slots:])
+                covered = [t for s, start, end in plan if s == b for t in range(start, end)]
+                assert covered == list(range(n))
+            assert all(start % 64 == 0 and (end > start or lens[b] == 0) for b, start, end in plan)
+            # every sequence has a chunk, an empty one exactly one empty chunk (its program writes out = 0)
+            assert sorted({b for b, _, _ in plan}) == list(range(len(lens)))
+            assert all((b, 0, 0) in plan and sum(1 for s, _, _ in plan if s == b) == 1 for b, n in enumerate(lens) if n == 0)
 
 
-def test_planner_choices_on_the_anchor_rows():
-    """The cut the H200 (132 SMs) gets on anchor rows (targets from split_config: 3 programs per SM for the MHA
-    tile, 4 otherwise): the 12/12 rows 384 programs of equal chunks whatever the batch (fixed splits measured
-    97.5-98.3 us there, 768 programs 100.5-103.2), a uniform batch that fills the GPU one chunk per sequence, and
-    the long member of the ragged batch split while the short ones stay whole."""
+def test_planner_choices():
+    """The cost model splits a lone long sequence, keeps a full uniform batch whole, and splits the long member of
+    a ragged batch while the short ones stay whole."""
 
-    def programs(lens, hkv, block_n, per_sm):
-        plan = [chunk for chunk in slot_plan(lens, *plan_grid(len(lens), hkv, per_sm * 132), block_n) if chunk]
-        return hkv * len(plan), sorted({end - start for _, start, end in plan})
+    def per_seq(lens, hkv):
+        plan = chunk_plan(lens, hkv, 132, grid_chunks(len(lens), hkv, 132), 64, num_candidates(max(lens), 64))
+        return [sum(1 for b, _, _ in plan if b == s) for s in range(len(lens))]
 
-    for lens in ([4096] * 16, [16384] * 4, [65536]):
-        assert programs(lens, 12, 128, 3) == (384, [2048])
-    assert programs([131072], 12, 128, 3) == (384, [4096])
-    assert programs([4096] * 64, 8, 32, 4) == (512, [4096])
-    assert programs([2048] * 8, 4, 32, 4) == (512, [128])
-    assert programs([1024] * 64, 2, 32, 4) == (512, [256])
-    assert programs([8192], 32, 64, 4) == (512, [512])
-    ragged = slot_plan([131072] + [1024] * 63, *plan_grid(64, 8, 528), 32)
-    per_seq = [sum(1 for chunk in ragged if chunk and chunk[0] == b) for b in range(64)]
-    assert per_seq[0] >= 16 and set(per_seq[1:]) == {1}
+    assert per_seq([65536], 12)[0] >= 32
+    assert per_seq([4096] * 64, 8) == [1] * 64
+    ragged = per_seq([131072] + [1024] * 63, 8)
+    assert ragged[0] >= 64 and set(ragged[1:]) == {1}
 
 
 def test_split_bounds_cover_sequence_on_tile_edges():
@@ -152,12 +126,10 @@ def test_split_bounds_cover_sequence_on_tile_edges():
             assert all(start % 16 == 0 for start, end in bounds if end > start)
 
 
-def test_plan_grid_sized_from_batch_and_sms():
-    """S = floor(target / (B * Hkv)) slots per sequence (at least 1), and one overflow program per OVERFLOW_RATIO
-    regular ones (none for a single sequence)."""
-    assert plan_grid(batch=4, num_kv_heads=8, target=528) == (16, 16)
-    assert plan_grid(batch=1, num_kv_heads=2, target=528) == (264, 0)
-    assert plan_grid(batch=600, num_kv_heads=8, target=528) == (1, 150)
+def test_grid_chunks_sized_from_batch_and_sms():
+    assert grid_chunks(batch=4, num_kv_heads=8, num_sms=132) == 4 + 132
+    assert grid_chunks(batch=1, num_kv_heads=2, num_sms=132) == 1 + 528
+    assert num_candidates(131072, 64) == 16 and num_candidates(64, 64) == 2
 
 
 def test_auto_rule(device, monkeypatch):
@@ -224,17 +196,15 @@ def test_published_combine_is_wrong_and_ours_is_right():
     assert not math.isclose(float(rel), 0.0)
 
 
-@pytest.mark.parametrize("block_s,d_blocks,rows", [(64, 2, 1), (256, 4, 1), (16, 8, 4), (2, 1, 8)])
-def test_combine_block_shapes(block_s, d_blocks, rows, device, monkeypatch):
-    """The combine with other chunk blocks (a block smaller than a sequence's chunks loops), the head dim split over
-    several programs, and several query rows per program: the same merge."""
+@pytest.mark.parametrize("block_s,d_blocks", [(64, 2), (256, 4), (16, 8)])
+def test_combine_block_shapes(block_s, d_blocks, device, monkeypatch):
+    """The combine with other chunk blocks and the head dim split over several programs: the same merge."""
     import flashdecode.triton_splitk as splitk
 
     c = case([300, 0, 77, 1000], 8, 2, 64, 16, torch.float32, device, seed=31)
     ref_out, ref_lse = reference_of(c)
     monkeypatch.setattr(splitk, "COMBINE_BLOCK_S", block_s)
     monkeypatch.setattr(splitk, "COMBINE_D_BLOCKS", d_blocks)
-    monkeypatch.setattr(splitk, "COMBINE_MAX_ROWS", rows)
     for num_splits in (None, 3, 40):
         out, lse = decode_attention(*c.args, backend="triton_splitk", num_splits=num_splits, return_lse=True,
                                     out=torch.full_like(c.q, float("nan")))  # fmt: skip
@@ -258,71 +228,72 @@ def test_tuning_switches_keep_the_result(device, monkeypatch):
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
-def test_planned_cut_with_query_tokens_head_blocks_and_sinks(device, monkeypatch):
-    """The planned cut on ragged lengths with an empty sequence, two query tokens, 80 rows per KV head (two head
-    blocks), sinks and the LSE, NaN-filled outputs: matches the float64 reference; the 300-token and 130-token
-    sequences are merged by the one combine launch, the empty one gets zeros and the sink's LSE."""
+@pytest.mark.parametrize(
+    "fused,fused_max,inline_max,launches",
+    [(True, 64, 16, 0), (True, 3, 16, 1), (False, 64, 16, 1), (False, 64, 0, 1)],
+    ids=["last-program-merges", "both-ways", "combine-launch-inline-plan", "combine-launch-planner"],
+)
+def test_planned_merge_fused_or_launched(fused, fused_max, inline_max, launches, device, monkeypatch):
+    """A planned cut merged every way matches the float64 reference: by the last chunk program of each (sequence,
+    head block) to finish (``merge_if_last``, when B * q_len * Hq >= #SMs, for sequences of at most
+    FUSED_MAX_CHUNKS chunks), by the combine launch, or both in one call (at most 3 chunks fused: the 130-token
+    sequence's 3 chunks merge in the partial kernel, the 300-token one's 5 in the combine), with the cut from the
+    planner kernel or, for a combine launch on this small batch, computed in place. Ragged lengths with an
+    empty sequence, two query tokens, 80 rows per KV head (two head blocks), sinks and the LSE, NaN-filled outputs.
+    The combine is launched exactly when the table could hold a sequence the fused merge leaves to it."""
     from feature_helpers import check
     from test_multitoken import multi_case
 
     from flashdecode import triton_splitk
-    from flashdecode.api import _num_sms
 
+    monkeypatch.setattr(triton_splitk, "FUSED_COMBINE", fused)
+    # this batch expects many chunks per sequence: the rule would not fuse it by itself
+    monkeypatch.setattr(triton_splitk, "FUSED_EXPECTED_CHUNKS", 10**6)
+    monkeypatch.setattr(triton_splitk, "FUSED_MAX_CHUNKS", fused_max)
+    monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
     launched = []
     real = triton_splitk.launch_combine
     monkeypatch.setattr(triton_splitk, "launch_combine", lambda *a, **k: launched.append(1) or real(*a, **k))
-    lens = [300, 0, 37, 130]
-    args = multi_case(lens, 2, 40, 1, 64, 16, torch.float32, device, seed=61)
-    cfg, per_sm = triton_splitk.split_config(64, 40, torch.float32, 2, 4, 1)
-    plan = slot_plan(lens, *plan_grid(4, 1, per_sm * _num_sms(args[0].device)), cfg["BLOCK_N"], q_len=2)
-    assert [sum(1 for chunk in plan if chunk and chunk[0] == b) for b in range(4)] == [5, 1, 1, 3]
+    args = multi_case([300, 0, 37, 130], 2, 40, 1, 64, 16, torch.float32, device, seed=61)
+    plan = chunk_plan([300, 0, 37, 130], 1, 16, grid_chunks(4, 1, 16), 64, num_candidates(args[4].shape[1] * 16, 64))
+    assert [sum(1 for b, _, _ in plan if b == s) for s in range(4)] == [5, 1, 1, 3]
     sinks = torch.linspace(-1.0, 2.0, 40, device=device)
     out, lse = check(args, "triton_splitk", None, sinks=sinks)
-    assert len(launched) == 1
+    assert len(launched) == launches
     assert torch.equal(out[1].cpu(), torch.zeros_like(out[1].cpu()))
     assert torch.allclose(lse[1].cpu(), sinks.cpu().expand(2, -1))
 
 
-@triton.jit
-def _cut_kernel(SEQLENS, CHUNKS, CUT, batch, slots_per_seq, overflow_slots, programs, window,
-                BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr):
-    """CUT [3, programs] = (sequence, start, end) of every program's chunk, as the partial programs find them
-    (``locate_chunk``); programs with no chunk keep the caller's sentinel."""
-    slot = tl.program_id(0)
-    seq, _, start, end, _ = locate_chunk(
-        SEQLENS, CHUNKS, 1, slot, True, batch, slots_per_seq, overflow_slots, window, 0, BLOCK_N, 0, BLOCK_B,
-        HAS_WINDOW, 1,
-    )  # fmt: skip
-    if seq < batch:
-        tl.store(CUT + slot, seq)
-        tl.store(CUT + programs + slot, start)
-        tl.store(CUT + 2 * programs + slot, end)
+@pytest.mark.parametrize("batch", [1, 9, 40, 300], ids=lambda b: f"B{b}")
+def test_planner_kernel_writes_the_mirrors_cut(batch, device):
+    """The planner kernel's cut equals ``chunk_plan``'s entry by entry, at batch sizes that use every planner shape
+    (64 slots x 4 warps per program down to 4 slots x 1 warp): (sequence, start, end) per used chunk slot, unused
+    slots marked with sequence B, and each sequence's first chunk and chunk count."""
+    from flashdecode.triton_splitk import SATURATION_PER_SM, launch_plan
 
-
-@pytest.mark.parametrize("batch,window", [(1, None), (9, None), (40, 7000), (300, None)], ids=lambda v: str(v))
-def test_in_kernel_cut_equals_the_mirror(batch, window, device):
-    """The partial programs (the overflow ones first, then the regular slots) cut exactly as ``slot_plan``, program
-    by program, and the chunk-0 programs publish each sequence's (chunk count, first overflow chunk) for the
-    combine."""
     g = torch.Generator().manual_seed(batch)
     lens = torch.randint(0, 3000, (batch,), generator=g)
     lens[0] = 0
-    if batch > 1:
-        lens[1] = 200000
-    block_n = 64
-    slots_per_seq, overflow_slots = plan_grid(batch, 2, 64)
-    programs = overflow_slots + batch * slots_per_seq
-    cut = torch.full((3, programs), batch, dtype=torch.int32, device=device)
-    chunks = torch.empty(2, batch, dtype=torch.int32, device=device)
-    _cut_kernel[(programs,)](
-        lens.to(torch.int32).to(device), chunks, cut, batch, slots_per_seq, overflow_slots, programs, window or 0,
-        BLOCK_B=triton.next_power_of_2(batch), BLOCK_N=block_n, HAS_WINDOW=window is not None,
-    )  # fmt: skip
-    expect = slot_plan(lens.tolist(), slots_per_seq, overflow_slots, block_n, window_left=window)
-    cut = cut.cpu()
-    got = [tuple(cut[:, i].tolist()) if cut[0, i] < batch else None for i in range(programs)]
-    assert got == expect
-    counts = [sum(1 for chunk in expect if chunk and chunk[0] == b) for b in range(batch)]
-    extra = [max(n - slots_per_seq, 0) for n in counts]
-    assert chunks[0].tolist() == counts and chunks[1].tolist() == [sum(extra[:b]) for b in range(batch)]
-    assert batch == 1 or any(extra), "the case must use overflow chunks"
+    hkv, sms, block_n = 2, 16, 64
+    slots, num_cand = grid_chunks(batch, hkv, sms), num_candidates(3000, block_n)
+    plan = launch_plan(lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM).cpu()
+    expect = chunk_plan(lens.tolist(), hkv, sms, slots, block_n, num_cand)
+    assert [tuple(plan[:3, i].tolist()) for i in range(len(expect))] == expect
+    assert (plan[0, len(expect) : slots] == batch).all()
+    counts = [sum(1 for b, _, _ in expect if b == s) for s in range(batch)]
+    firsts = [sum(counts[:s]) for s in range(batch)]
+    assert plan[1, slots:].tolist() == counts and plan[0, slots:].tolist() == firsts
+
+
+def test_merge_in_partial_rule_on_the_anchor_rows():
+    """The shapes-only rule on an H200 (132 SMs): merge in the last partial program when the batch gives few chunks
+    per sequence (probes 6e71525 and 505aa6e: 64 x 1024 12/2 33.0 -> 26.8 us, 16 x 1024 32/8 31.3 -> 26.6), a combine
+    launch when few (sequence, row) pairs or many chunks each (16 x 4096 12/2 28.1 -> 26.9 that way)."""
+    from flashdecode.triton_splitk import merge_in_partial
+
+    def fused(b, hq, hkv):
+        return merge_in_partial(b, 1, hq, hkv, 132)
+
+    assert fused(256, 12, 2) and fused(64, 12, 2) and fused(16, 32, 8) and fused(64, 32, 8) and fused(16, 12, 12)
+    assert not fused(16, 12, 2) and not fused(8, 28, 4) and not fused(12, 12, 2) and not fused(5, 28, 4)
+    assert not fused(1, 12, 2) and not fused(4, 12, 12) and not fused(1, 32, 32)

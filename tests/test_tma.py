@@ -21,8 +21,8 @@ from helpers import (
 )
 
 from flashdecode import decode_attention
-from flashdecode.triton_splitk import plan_grid, slot_plan, split_bounds, splitk_partials_mirror
-from flashdecode.triton_tma import check_supported, decode_tma, tma_config
+from flashdecode.triton_splitk import chunk_plan, num_candidates, split_bounds, splitk_partials_mirror
+from flashdecode.triton_tma import check_supported, decode_tma, grid_slots, tma_config
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -98,18 +98,21 @@ def test_partials_match_mirror_fixed_splits(device):
 
 def test_partials_match_mirror_planned(device):
     """Planned mode with the TMA kernel's own programs per SM: the long sequence gets several chunks (combined),
-    the short ones one each (written directly); every multi-chunk partial matches the mirror of slot_plan."""
+    the short ones one each (written directly); every multi-chunk partial matches the mirror of chunk_plan."""
     lens = [3, 300, 20, 0]
     c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=13)
     out = torch.full_like(c.q, float("nan"))
     lse = torch.empty(c.q.shape[:2], device=device)
-    # 8 SMs x 2: two slots per sequence and two overflow programs, so the 300-token sequence gets three chunks
-    num_sms, ppsm, block_n = 8, 2, 16
+    num_sms, ppsm, block_n = 4, 2, 16
     _, _, o_part, lse_part = decode_tma(
         *c.args, 0.125, out, lse, num_sms=num_sms, return_partials=True,
         config={"PAGES_PER_TILE": 1, "PROGRAMS_PER_SM": ppsm},
     )  # fmt: skip
-    chunks = slot_plan(lens, *plan_grid(len(lens), 2, ppsm * num_sms), block_n)
+    max_tokens = c.block_table.shape[1] * 16
+    chunks = chunk_plan(
+        lens, 2, num_sms, grid_slots(len(lens), 2, num_sms, ppsm), block_n, num_candidates(max_tokens, block_n),
+        saturation=ppsm,
+    )
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
 
 
@@ -171,14 +174,14 @@ page, group, d, stages = 16, 4, 128, 3
 cfg = triton_tma.tma_config(d, group, page)
 desc = f"tensordesc<bf16[1,{page},1,{cfg['BLOCK_D']}]>"
 signature = dict(
-    Q="*bf16", K_DESC=desc, V_DESC=desc, SEQLENS="*i32", BLOCK_TABLE="*i32", CHUNKS="*i32", O_PART="*fp32",
-    LSE_PART="*fp32", OUT="*bf16", LSE="*fp32", qk_scale="fp32", batch="i32", slots_per_seq="i32", overflow_slots="i32", num_pages="i32",
+    Q="*bf16", K_DESC=desc, V_DESC=desc, SEQLENS="*i32", BLOCK_TABLE="*i32", PLAN="*i32", O_PART="*fp32",
+    LSE_PART="*fp32", OUT="*bf16", LSE="*fp32", qk_scale="fp32", batch="i32", max_chunks="i32", num_pages="i32",
     stride_qb="i32", stride_qh="i32", stride_sl="i32", stride_btb="i32", stride_btp="i32", stride_ob="i32",
     stride_oh="i32",
 )
 constexprs = dict(
     NUM_SPLITS=0, GROUP=group, HEAD_DIM=d, PAGE_SIZE=page, PAGES_PER_TILE=cfg["PAGES_PER_TILE"],
-    BLOCK_H=cfg["BLOCK_H"], BLOCK_D=cfg["BLOCK_D"], DOT_F32=False, WRITE_LSE=True, BLOCK_B=16,
+    BLOCK_H=cfg["BLOCK_H"], BLOCK_D=cfg["BLOCK_D"], DOT_F32=False, WRITE_LSE=True,
 )
 signature.update({name: "constexpr" for name in constexprs})
 src = ASTSource(triton_tma._tma_partial_kernel, signature, constexprs=constexprs)

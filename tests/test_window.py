@@ -9,9 +9,10 @@ from helpers import case, lse_err, max_err, planned_saturation
 from flashdecode import decode_attention
 from flashdecode.reference import reference_dense
 from flashdecode.triton_splitk import (
+    chunk_plan,
     decode_splitk,
-    plan_grid,
-    slot_plan,
+    grid_chunks,
+    num_candidates,
     splitk_partials_mirror,
     visible_start,
 )
@@ -55,12 +56,12 @@ def test_planner_cuts_only_the_window():
     """32k tokens with W = 4096: the planned chunks cover exactly the last 4097 tokens (4096 tokens' work, not
     32k), and the same for every sequence of a ragged batch."""
     lens = [32768, 100, 5000]
-    plan = slot_plan(lens, *plan_grid(3, 8, 528), 64, window_left=4096)
+    plan = chunk_plan(lens, 8, 132, 1000, 64, num_candidates(32768, 64), window_left=4096)
     for b, n in enumerate(lens):
-        mine = sorted((s, e) for sb, s, e in filter(None, plan) if sb == b)
+        mine = sorted((s, e) for sb, s, e in plan if sb == b)
         assert mine[0][0] == max(n - 1 - 4096, 0) and mine[-1][1] == n
         assert all(e0 == s1 for (_, e0), (s1, _) in zip(mine, mine[1:]))
-    assert sum(e - s for _, s, e in filter(None, plan)) == 4097 + 100 + 4097
+    assert sum(e - s for _, s, e in plan) == 4097 + 100 + 4097
 
 
 def test_planned_window_partials_match_mirror(device):
@@ -75,11 +76,12 @@ def test_planned_window_partials_match_mirror(device):
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True,
         features=_window_features(window),
     )  # fmt: skip
-    chunks = slot_plan(lens, *plan_grid(3, 2, planned_saturation(c) * num_sms), block_n, window)
-    mine = [chunk for chunk in chunks if chunk and chunk[0] == 0]
-    assert len(mine) > 1 and min(start for _, start, _ in mine) == 300 - 1 - window
+    num_cand = num_candidates(c.block_table.shape[1] * 16, block_n)
+    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(3, 2, num_sms), block_n, num_cand, window,
+                        saturation=planned_saturation(c))  # fmt: skip
+    assert sum(1 for b, _, _ in chunks if b == 0) > 1 and chunks[0][1] == 300 - 1 - window
     ref_o, ref_lse = splitk_partials_mirror(*c.args, 0.125, chunks)
-    multi = torch.tensor([chunk is not None and chunk[0] == 0 for chunk in chunks])
+    multi = torch.tensor([b == 0 for b, _, _ in chunks])
     assert lse_err(lse_part[: len(chunks)][multi], ref_lse[multi]) <= 1e-5
     assert max_err(o_part[: len(chunks)][multi][..., :64], ref_o[multi]) <= 1e-5
     ref_out, ref_lse_all = reference_dense(*c.args, 0.125, window_left=window)

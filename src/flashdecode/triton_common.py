@@ -63,7 +63,7 @@ def dot_in_fp32(dtype) -> bool:
 def use_pdl(device) -> bool:
     """Whether to chain the split-K launches with programmatic dependent launch (Hopper and newer, not under the
     interpreter): a kernel launched with it is scheduled while its predecessor still runs and waits in
-    ``wait_for_previous`` before touching memory, so the launch gap between the partial and combine kernels shrinks.
+    ``wait_for_previous`` before touching memory, so the launch gap between planner, partial and combine shrinks.
     ``PDL`` (module attribute) switches it off for measurements."""
     if not PDL or interpreting() or device.type != "cuda":
         return False
@@ -111,8 +111,8 @@ WIDE_TILE = 32 * 128
 # ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers, 96 registers and 37 KB a program, 5 programs
 # per SM. H200 (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single
 # pass 8 x 128 28/4 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7;
-# split-K 1 x 2048 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3 (split-K takes it for every chunk length since the
-# slot plan: the fused merge, whose long chunks lost with it, is gone). None: off
+# split-K 1 x 2048 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's)
+# lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. None: off
 PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 64-token tiles: occupancy
 # (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
@@ -123,13 +123,17 @@ PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
 SMEM_BUDGET = 160 * 1024
 
 
-def launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None) -> dict:
+def launch_config(
+    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True
+) -> dict:  # fmt: skip
     """A fresh copy of ``_launch_config`` (cached: launchers update their copy)."""
-    return dict(_launch_config(head_dim, group, dtype, q_len, kv_itemsize))
+    return dict(_launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch))
 
 
 @functools.lru_cache(maxsize=256)
-def _launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None) -> dict:
+def _launch_config(
+    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True
+) -> dict:  # fmt: skip
     """Tile sizes, warps and stages for one (head_dim, rows, dtype): one small table, no per-call autotuning.
 
     Measured on the H200 (scripts/sweep.py, docs/design.md). BLOCK_N tokens per tile; K and V tiles of
@@ -143,7 +147,8 @@ def _launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize
     each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
-    ``PREFETCH_TILE`` for one query token, groups of 4-16, head_dim <= 128 in a 16-bit cache (the measured cases).
+    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim <= 128 in a 16-bit cache: the
+    measured cases). The split-K launcher passes False when its chunks are long (the fused merge's batches).
     """
     import torch
 
@@ -167,7 +172,7 @@ def _launch_config(head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize
         num_warps=8 if block_h * block_d > WIDE_TILE else 4,
         num_stages=stages,
     )
-    if PREFETCH_TILE and q_len == 1 and 4 <= group <= 16 and block_d == 128 and itemsize == 2:
+    if prefetch and PREFETCH_TILE and q_len == 1 and 4 <= group <= 16 and block_d == 128 and itemsize == 2:
         cfg.update(PREFETCH_TILE)
     return cfg
 
@@ -399,7 +404,7 @@ def window_start(seqlen, window, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr):
 
 @triton.jit
 def window_starts(lens, window, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr):
-    """``window_start`` of a block of lengths (the planned cut's [BLOCK_B] tile): one return type, a block, either way
+    """``window_start`` of a block of lengths (the planner's [BLOCK] tiles): one return type, a block, either way
     (the compiler rejects a block in one branch and a literal in the other)."""
     first = lens * 0
     if HAS_WINDOW:

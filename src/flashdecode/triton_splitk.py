@@ -1,7 +1,7 @@
 """Split-K paged decode attention (flash-decoding): partial kernel + LSE combine kernel, planned on the device.
 
 The work is cut into *chunks*: contiguous token ranges of one sequence, on BLOCK_N-tile edges. The partial kernel,
-one program per (chunk slot, KV head), runs the online softmax over its chunk for the whole GQA group and writes the
+one program per (chunk, KV head), runs the online softmax over its chunk for the whole GQA group and writes the
 normalised partial output o_c = acc_c / l_c (fp32) and its natural-log LSE lse_c = m_c + log(l_c). The combine
 kernel, one program per (query head, sequence), merges the sequence's chunks:
 
@@ -12,16 +12,18 @@ the source blog post stores acc_c unnormalised and multiplies by l_c again, weig
 
 Two ways to cut, one kernel:
 
-* planned (``num_splits=None``): every partial program derives the same cut from the B lengths, with no planner
-  launch (``plan_sizes``, ``planned_chunk``). Sequence b owns S chunk slots, S = floor(target / (B * Hkv)) from the
-  shapes, target = (programs per SM for the tile, ``split_config``) x #SMs, one program each. Chunks hold
-  c ~ T / (S * B) tiles, T the batch's tiles, so a uniform batch fills its S slots each when S divides its tiles (a
-  regular slot needs only its own length). Sequences longer than S chunks are cut into chunks sized so that their
-  chunks past S (overflow chunks, numbered in sequence order by a prefix sum) fit X = B * S / OVERFLOW_RATIO
-  overflow programs, which come first in the grid: one long sequence among short ones starts first and spreads over
-  the GPU. The grid (``plan_grid``) is sized from B, Hkv and the SM count, never from the cache's capacity, and read
-  by no host code, so one CUDA graph serves every length. A sequence of one chunk is written straight to the output
-  by its partial program.
+* planned (``num_splits=None``): a one-launch planner kernel reads the B lengths and writes the cut: one chunk size C
+  for the batch, picked from BLOCK_N * 2^k by a cost model of waves per SM (``_chunk_layout``); sequence b gets
+  max(ceil(L_b / C), 1) chunks (an empty one: one empty chunk), numbered consecutively (a prefix sum). A long
+  sequence among short ones gets many chunks, the short ones one each, and a batch that already fills the GPU keeps
+  one chunk per sequence. The grid has ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM
+  count, never from the cache's capacity, read by no host code, so one CUDA graph serves every length. A sequence
+  that gets a single chunk is written straight to the output by its partial program; the combine skips it. Batches of
+  <= 16 sequences that do not fuse the merge compute the same cut inside each program instead (``inline_chunk``, no
+  planner launch).
+* merging: with B * q_len * Hq >= #SMs the last chunk program of a sequence to finish merges its chunks
+  (``merge_if_last``: an acq_rel arrival counter the planner zeroed); otherwise, or for sequences of more than
+  FUSED_MAX_CHUNKS chunks, the combine kernel does.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
@@ -33,8 +35,8 @@ Two ways to cut, one kernel:
 Bytes: the visible K/V once per head block (one block unless q_len x group exceeds BLOCK_H), plus
 2 * chunks * q_len * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences. With a sliding window both
 modes cut only the visible tokens [window start, L), so pages before the window are never read.
-Grids: partial (Hkv * head blocks, chunk slots); combine (q_len * Hq / rows per program, B, head-dim blocks), chained
-to the partial kernel by programmatic dependent launch.
+Grids: planner (slots / ``planner_shape``); partial (slots, Hkv * head blocks); combine (q_len * Hq, B, head-dim
+blocks), not launched when the merge is fused and the table cannot hold a longer sequence.
 """
 
 from __future__ import annotations
@@ -64,29 +66,30 @@ from .triton_common import (
 from .triton_single import as_rows
 
 __all__ = [
-    "decode_splitk", "split_config", "plan_grid", "slot_plan", "split_bounds", "splitk_partials_mirror",
+    "decode_splitk", "split_config", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan",
+    "splitk_partials_mirror",
 ]  # fmt: skip
 
-# a batch whose B * Hkv programs give every SM this many runs single-pass under "auto" (api._choose_backend); also
-# the planner's target for every tile when PLANNER_SATURATION is None
+# planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth (the
+# default, and the scale of the grid and of the merge rule; the planner's own target comes from PLANNER_SATURATION)...
 SATURATION_PER_SM = 4
-# programs per SM the planned cut aims at, by partial tile (``split_config``). H200, fixed splits at 5c9ac48 and
-# 4345621 (scripts/perf_probe.py, graph µs):
+# ...by partial tile (planner_saturation). H200, fixed splits at 5c9ac48 (scripts/perf_probe.py, graph µs):
 # "mha": the 128-token, 2-stage tile of groups < 4, of which 3 fit an SM: 12/12 rows with 384 programs 97.5-98.3, with
-#   768 100.5-103.2;
-# "small_group": SMALL_GROUP_SPLIT_TILE: 1 x 8192 32/32 with 512 programs 38.6, 256: 47.6; 1 x 32768 128.3, 165.2;
-# "grouped": groups >= 4: 8 x 2048 28/4 with 256 programs 14.7, 512: 14.8; 16 x 4096 12/2 256: 23.9, 512: 23.6
+#   768 (the old target's pick) 100.5-103.2;
+# "small_group": SMALL_GROUP_SPLIT_TILE: 1 x 8192 32/32 with 512 programs 38.6, 256: 47.6; 1 x 32768: 128.3, 165.2;
+# "grouped": groups >= 4: fixed splits did as well with 256 programs as with 512 (8 x 2048 28/4 14.7 and 14.8;
+#   16 x 4096 12/2 23.9 and 23.6; 64 x 1024 12/2 23.2 and 24.7), but the planned path with a target of 2 lost
+#   (4345621: 8 x 2048 28/4 17.9 -> 21.5, 64 x 1024 12/2 25.6 -> 32.2, 16 x 4096 12/2 27.1 -> 30.2): 4 kept.
+# None: SATURATION_PER_SM for every tile (measurements)
 PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4)
-# the planned cut keeps every length of the batch in registers ([BLOCK_B]); above this batch the single-pass grid
-# is full anyway
+# ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
+CHUNK_OVERHEAD_TOKENS = 32
+# chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more)
+EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
+# the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
-# the combine kernel reads a sequence's own chunks in blocks of at most this many (next_power_of_2(S) when fewer)...
+# the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
-# ...for up to COMBINE_MAX_ROWS query rows per program (fewer CTAs when every sequence is one chunk: 256 x 256 12/2
-# 4.1 -> 1.2 us with 16 rows, but a long sequence's overflow chunks then merge in narrower blocks), within
-# COMBINE_TILE fp32 elements of partials per load; overflow chunks in the widest block that fits the tile
-COMBINE_MAX_ROWS = 4
-COMBINE_TILE = 8192
 # the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
 # when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
@@ -97,107 +100,134 @@ COMBINE_WIDE = (256, 4)
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement)
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
-# planned partial grid (Hkv * head blocks, chunk slots): the KV heads of one chunk are dispatched together, as in the
-# single pass, and the overflow slots (empty for uniform batches) come last. False: (slots, Hkv * head blocks)
-PARTIAL_HEADS_FIRST = True
-# planned mode: one overflow program (first in the grid) per this many regular ones; overflow chunks are sized to fit
-# (plan_sizes), so a long sequence's chunks past its S slots are up to about this many times a regular chunk
-OVERFLOW_RATIO = 4
+# planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
+# program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
+# only those. Fewer (sequence, row) pairs keep the separate, wide combine. H200 (probe dbeb3c5, serial merge):
+# 64 x 1024 12/2 32.7 -> 26.8 us, 256 x 256 12/2 32.0 -> 28.4 us. False: always the combine launch (measurements)
+FUSED_COMBINE = True
+FUSED_MAX_CHUNKS = 64
+# ...and only when a uniform batch would get at most this many chunks per sequence: with more, the in-place plan (or
+# the planner) and a combine launch win. H200 (probe 505aa6e, fused + planner -> combine launch, in place):
+# 16 x 4096 12/2 28.1 -> 26.9 us, 8 x 2048 28/4 20.5 -> 18.8, 12 x 2048 12/2 23.1 -> 18.4, 5 x 8192 28/4
+# 40.6 -> 35.6; but 16 x 1024 32/8 (4 chunks each) 26.6 -> 31.3
+FUSED_EXPECTED_CHUNKS = 8
+# planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
+# combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
+INLINE_PLAN_MAX_BATCH = 16
+# the inline-planner arguments the partial kernel takes (it has BLOCK_N, HAS_WINDOW, Q_LEN, window... already)
+_PARTIAL_PLAN_ARGS = ("NUM_SMS", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_CAND", "SATURATION", "OVERHEAD")
+# chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
+# partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
+# 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
+MERGE_UNROLL = 2
+# tile classes (split_config) whose planned partial grid is (Hkv * head blocks, chunk slots): the KV heads of one chunk
+# are dispatched together, as in the single pass, and unused slots come last; the others (chunk slots, heads). H200,
+# perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
+# 199.4 and 204.6 -> 202.6, the other grouped rows within 0.4; but the mha rows at 384 programs 100.7 -> 102.5
+# (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384)
+PARTIAL_HEADS_FIRST = ("grouped",)
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
 
 @triton.jit
-def batch_tiles(
-    SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    Q_LEN: tl.constexpr,
+def _chunk_layout(
+    SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
-    """(tiles [BLOCK_B], lengths [BLOCK_B], offs_b) of the batch: BLOCK_N-tiles of each visible range (a sliding
-    window's first token on), 0 past B."""
+    """The planned mode's cut, identical in every program and in ``chunk_plan``.
+
+    L_b is the visible length: with a sliding window, the tokens from the window's first one (``window_start``) to
+    the end, so a 32k sequence with a 4k window is cut like a 4k one and the pages before the window are never read.
+
+    Candidate chunk sizes C_k = BLOCK_N * 2^k. With P_k = Hkv * sum_b ceil(L_b / C_k) programs on S SMs, an SM runs
+    ceil(P_k / S) of them one after another and needs SATURATION resident ones to reach its share of the bandwidth,
+    so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). The cheapest feasible
+    candidate (P_k / Hkv <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a compile-time
+    constant (one per device), so the division by it is a multiply and a shift.
+    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
+    """
     offs_b = tl.arange(0, BLOCK_B)
-    lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
-    return tl.cdiv(lens - window_starts(lens, window, HAS_WINDOW, Q_LEN), BLOCK_N), lens, offs_b
+    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
+    max_len = tl.max(lens, axis=0)
+    offs_k = tl.arange(0, NUM_CAND)
+    cand = BLOCK_N << offs_k
+    # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate; ceil(L / 2^j) as a shift, not an integer division
+    shift = (offs_k + LOG2_BLOCK_N)[:, None]
+    # every sequence gets at least one chunk: an empty one's single empty chunk writes out = 0, lse = -inf itself
+    per_seq = tl.where(offs_b < batch, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
+    count = tl.sum(per_seq, axis=1).to(tl.int64)
+    per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
+    cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
+    # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
+    key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
+    k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
+    chunk = BLOCK_N << k_best.to(tl.int32)
+    n = tl.where(offs_b < batch, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
+    return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens
 
 
 @triton.jit
-def chunk_tiles(tiles, per_chunk, over_chunk, slots_per_seq):
-    """Tiles per chunk of a sequence of ``tiles`` tiles: per_chunk, or over_chunk if it needs more than S chunks."""
-    return tl.where(tiles > slots_per_seq * per_chunk, over_chunk, per_chunk)
-
-
-@triton.jit
-def overflow_counts(tiles, per_chunk, over_chunk, slots_per_seq, live):
-    """[BLOCK_B] overflow chunks of each sequence (those past its S slots), 0 where not ``live``."""
-    count = tl.cdiv(tiles, chunk_tiles(tiles, per_chunk, over_chunk, slots_per_seq))
-    return tl.where(live, tl.maximum(count - slots_per_seq, 0), 0)
-
-
-@triton.jit
-def plan_sizes(
-    SEQLENS, stride_sl, batch, slots_per_seq, overflow_slots, window, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+def _plan_kernel(
+    SEQLENS, PLAN, COUNTERS, num_counters, batch, num_kv_heads, max_chunks, stride_sl, window, NUM_SMS: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr, USE_PDL: tl.constexpr,
 ):  # fmt: skip
-    """The planned cut's chunk sizes, identical in every program and in ``slot_plan``: (per_chunk, over_chunk).
-
-    With T = sum_b ceil(L_b / BLOCK_N) tiles over the visible lengths, chunks hold per_chunk = max(ceil(T / (S * B)),
-    1) tiles (S = slots_per_seq), snapped up to ceil(t_max / max(t_max // per_chunk, 1)) so that the longest sequence
-    (t_max tiles) divides evenly: a uniform batch fills its S slots each when S divides its tiles. The K sequences
-    longer than S * per_chunk tiles (V tiles in all) are cut into chunks of over_chunk = ceil(V / (X + K * (S - 1)))
-    tiles instead, X = overflow_slots, so that their chunks past S, the overflow chunks, number fewer than X
-    (sum ceil(t_b / over_chunk) < V / over_chunk + K <= X + K * S)."""
-    tiles, _, offs_b = batch_tiles(SEQLENS, stride_sl, batch, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN)
-    # T < 2^31 tiles: a cache of 2^35 tokens
-    per_chunk = tl.maximum(tl.cdiv(tl.sum(tiles, axis=0), batch * slots_per_seq), 1)
-    longest = tl.max(tiles, axis=0)
-    per_chunk = tl.maximum(tl.cdiv(longest, tl.maximum(longest // per_chunk, 1)), 1)
-    long_seq = tiles > slots_per_seq * per_chunk
-    num_long = tl.sum(long_seq.to(tl.int32), axis=0)
-    long_tiles = tl.sum(tl.where(long_seq, tiles, 0), axis=0)
-    over_chunk = tl.maximum(tl.cdiv(long_tiles, tl.maximum(overflow_slots + num_long * (slots_per_seq - 1), 1)), 1)
-    return per_chunk, over_chunk
+    """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
+    [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
+    sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Also zeroes the num_counters int32
+    COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I."""
+    let_next_start(USE_PDL)
+    chunk, n, incl, offs_b, lens = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+    )  # fmt: skip
+    stride = max_chunks + batch
+    offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    # [BLOCK_I, BLOCK_B]: chunk i belongs to the first sequence whose inclusive count exceeds i
+    seq = tl.sum((incl[None, :] <= offs_i[:, None]).to(tl.int32), axis=1)
+    pick = offs_b[None, :] == seq[:, None]
+    first = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1)
+    seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
+    start = window_starts(seqlen, window, HAS_WINDOW, Q_LEN) + (offs_i - first) * chunk
+    mask_i = offs_i < max_chunks
+    tl.store(PLAN + offs_i, tl.minimum(seq, batch), mask=mask_i)
+    tl.store(PLAN + stride + offs_i, start, mask=mask_i)
+    tl.store(PLAN + 2 * stride + offs_i, tl.minimum(start + chunk, seqlen), mask=mask_i)
+    if tl.program_id(0) == 0:
+        mask_b = offs_b < batch
+        tl.store(PLAN + max_chunks + offs_b, incl - n, mask=mask_b)
+        tl.store(PLAN + stride + max_chunks + offs_b, n, mask=mask_b)
+        for c0 in range(0, num_counters, 1024):
+            offs_c = c0 + tl.arange(0, 1024)
+            tl.store(COUNTERS + offs_c, tl.zeros([1024], tl.int32), mask=offs_c < num_counters)
 
 
 @triton.jit
-def planned_chunk(
-    SEQLENS, CHUNKS, stride_sl, slot, publish, batch, slots_per_seq, overflow_slots, window,
-    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+def inline_chunk(
+    SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
-    """Planned mode: (seq, seqlen, start, end, count) of program ``slot``; seq = B marks an unused slot, count is the
-    sequence's number of chunks. The partial row of the result is ``slot`` too.
-
-    The X = overflow_slots programs come first: program j < X runs overflow chunk j, if there is one (the long
-    sequences' chunks past their S, in sequence order: a prefix sum over the batch), so the longest work starts
-    first. Program X + b * S + s runs chunk s < S of sequence b, which needs only its own length. publish: the
-    program also writes its sequence's (chunk count, first overflow chunk) to CHUNKS [2, B] for the combine, if it
-    holds the sequence's chunk 0 (callers pass True for one KV head only)."""
-    per_chunk, over_chunk = plan_sizes(
-        SEQLENS, stride_sl, batch, slots_per_seq, overflow_slots, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN
-    )
-    if slot >= overflow_slots:
-        seq = (slot - overflow_slots) // slots_per_seq
-        split = slot - overflow_slots - seq * slots_per_seq
-        seqlen = tl.load(SEQLENS + seq * stride_sl)
-    else:
-        tiles, lens, offs_b = batch_tiles(SEQLENS, stride_sl, batch, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN)
-        extra = overflow_counts(tiles, per_chunk, over_chunk, slots_per_seq, offs_b < batch)
-        incl = tl.cumsum(extra, axis=0)
-        # the first sequence whose overflow chunks reach past `slot` (B or more past the last one: unused)
-        seq = tl.sum((incl <= slot).to(tl.int32), axis=0)
-        pick = offs_b == seq
-        split = slots_per_seq + slot - tl.sum(tl.where(pick, incl - extra, 0), axis=0)
-        seqlen = tl.sum(tl.where(pick, lens, 0), axis=0)
-    first = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
-    size = chunk_tiles(tl.cdiv(seqlen - first, BLOCK_N), per_chunk, over_chunk, slots_per_seq)
-    count = tl.maximum(tl.cdiv(tl.cdiv(seqlen - first, BLOCK_N), size), 1)
-    if publish & (split == 0) & (slot >= overflow_slots):
-        tiles, _, offs_b = batch_tiles(SEQLENS, stride_sl, batch, window, BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN)
-        tl.store(CHUNKS + seq, count)
-        tl.store(CHUNKS + batch + seq, tl.sum(overflow_counts(tiles, per_chunk, over_chunk, slots_per_seq,
-                                                              offs_b < seq), axis=0))  # fmt: skip
-    start = first + split * size * BLOCK_N
-    end = tl.minimum(start + size * BLOCK_N, seqlen)
-    seq = tl.where((seq < batch) & (split < count), seq, batch)
-    return seq, seqlen, start, end, count
+    """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
+    costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
+    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
+    writes; an unused slot has seq = B (and seqlen 0)."""
+    chunk, n, incl, offs_b, seqlens = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+    )  # fmt: skip
+    seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
+    pick = offs_b == seq
+    first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
+    count = tl.sum(tl.where(pick, n, 0), axis=0)
+    # from the lengths already in registers: a second global load would sit on every program's critical path
+    seqlen = tl.sum(tl.where(pick, seqlens, 0), axis=0)
+    start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (chunk_id - first) * chunk
+    return seq, seqlen, start, tl.minimum(start + chunk, seqlen), first, count
 
 
 @triton.jit
@@ -221,26 +251,41 @@ def fixed_chunk(
 
 
 @triton.jit
+def sequence_chunks(PLAN, seq, batch, max_chunks):
+    """(first chunk, chunk count) of sequence seq, from the per-sequence columns _plan_kernel wrote (column
+    max_chunks + seq of rows 0 and 1)."""
+    return tl.load(PLAN + max_chunks + seq), tl.load(PLAN + 2 * max_chunks + batch + seq)
+
+
+@triton.jit
+def planned_chunk(PLAN, chunk_id, seq, batch, max_chunks):
+    """Planned mode: (start, end, single) of a used chunk slot of sequence seq, as _plan_kernel wrote them; single
+    when the chunk is the whole sequence (its program writes the final output)."""
+    stride = max_chunks + batch
+    start = tl.load(PLAN + stride + chunk_id)
+    end = tl.load(PLAN + 2 * stride + chunk_id)
+    _, count = sequence_chunks(PLAN, seq, batch, max_chunks)
+    return start, end, count == 1
+
+
+@triton.jit
 def locate_chunk(
-    SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, overflow_slots, window,
-    NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_TOKENS: tl.constexpr = 0, BLOCK_B: tl.constexpr = 1,
-    HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
+    PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
+    SPLIT_TOKENS: tl.constexpr = 0, HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
 ):  # fmt: skip
-    """The chunk of partial program chunk_id, in either mode: (seq, seqlen, start, end, single); its partial row is
-    chunk_id. In the planned mode (NUM_SPLITS == 0, ``planned_chunk``, which also publishes the chunk counts) an
-    unused program has seq >= B (the caller returns); single: the chunk is its whole sequence (its program writes the
-    output)."""
+    """The work of partial program chunk_id, in either mode: (seq, seqlen, start, end, single). In the planned
+    mode an unused slot has seq = B (the caller returns); single: the chunk is its whole sequence."""
     if NUM_SPLITS > 0:
         seq, seqlen, start, end = fixed_chunk(
             SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
         )
-        # one split per sequence: no combine is launched
-        return seq, seqlen, start, end, NUM_SPLITS == 1
-    seq, seqlen, start, end, count = planned_chunk(
-        SEQLENS, CHUNKS, stride_sl, chunk_id, publish, batch, slots_per_seq, overflow_slots, window,
-        BLOCK_B, BLOCK_N, HAS_WINDOW, Q_LEN,
-    )  # fmt: skip
-    return seq, seqlen, start, end, count == 1
+        single = False
+    else:
+        # planned: the cut _plan_kernel wrote (sequence B marks an unused slot; its loads stay in bounds)
+        seq = tl.load(PLAN + chunk_id)
+        start, end, single = planned_chunk(PLAN, chunk_id, tl.minimum(seq, batch - 1), batch, max_chunks)
+        seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
+    return seq, seqlen, start, end, single
 
 
 @triton.jit
@@ -269,13 +314,68 @@ def store_chunk(
 
 
 @triton.jit
+def merge_if_last(
+    O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, slot, seq, kv_head, head_block, batch, max_chunks,
+    stride_ob, stride_ot, stride_oh, num_q_heads,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
+    UNROLL: tl.constexpr,
+):  # fmt: skip
+    """The fused combine (planned mode): after a chunk program has stored its partial rows, the last of its
+    sequence's chunk programs (for this KV head and head block) to arrive merges all of them into OUT / LSE, if the
+    sequence has at most FUSED_MAX chunks (longer ones are left to _combine_kernel). Publishing: every thread's
+    stores, a CTA barrier, then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter the
+    planner zeroed (``slot``: sequence * Hkv * head blocks + KV head * head blocks + head block); the program that finds
+    count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL chunks
+    per step (the result does not depend on the arrival order)."""
+    first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
+    if count <= FUSED_MAX:
+        tl.debug_barrier()
+        arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == count - 1:
+            row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+            offs_d = tl.arange(0, BLOCK_D)
+            # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
+            in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
+            # the combine's online softmax over chunk LSEs (natural log), [BLOCK_H] rows at once
+            m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_H], tl.float32)
+            acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+            end = first + count
+            for c0 in range(first, end, UNROLL):
+                for j in tl.static_range(UNROLL):
+                    mask_c = mask_h & (c0 + j < end)
+                    rows = (c0 + j) * (Q_LEN * num_q_heads) + in_chunk
+                    lse_c = tl.load(LSE_PART + rows, mask=mask_c, other=float("-inf"), cache_modifier=".cg")
+                    # [BLOCK_H, BLOCK_D]
+                    o_c = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_c[:, None],
+                                  other=0.0, cache_modifier=".cg")  # fmt: skip
+                    m_new = tl.maximum(m_i, lse_c)
+                    # padding rows (and chunks past the end) stay -inf: measure from 0 so exp(-inf - 0) = 0
+                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                    alpha = tl.exp(m_i - m_ref)
+                    w = tl.exp(lse_c - m_ref)
+                    acc = acc * alpha[:, None] + w[:, None] * o_c
+                    l_i = l_i * alpha + w
+                    m_i = m_new
+            empty = l_i == 0.0
+            out = acc / tl.where(empty, 1.0, l_i)[:, None]
+            lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
+            store_group(
+                OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
+                GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
+            )  # fmt: skip
+
+
+@triton.jit
 def _partial_kernel(
     Q,
     K,
     V,
     SEQLENS,
     BLOCK_TABLE,
-    CHUNKS,
+    PLAN,
+    COUNTERS,
     O_PART,
     LSE_PART,
     OUT,
@@ -289,8 +389,7 @@ def _partial_kernel(
     window,
     num_q_heads,
     batch,
-    slots_per_seq,
-    overflow_slots,
+    max_chunks,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -328,25 +427,48 @@ def _partial_kernel(
     PREFETCH_PAGES: tl.constexpr,
     HEADS_FIRST: tl.constexpr,
     USE_PDL: tl.constexpr,
+    FUSED_MAX: tl.constexpr,
+    MERGE_UNROLL: tl.constexpr,
+    NUM_SMS: tl.constexpr,
+    INLINE_PLAN: tl.constexpr,
     BLOCK_B: tl.constexpr,
+    LOG2_BLOCK_N: tl.constexpr,
+    NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr,
+    OVERHEAD: tl.constexpr,
 ):
-    # HEADS_FIRST: grid (Hkv * head blocks, chunk slots), so that programs dispatched together read the heads of the
-    # same token rows and the overflow slots come last; else (chunk slots, Hkv * head blocks)
+    # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
+    # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
     if HEADS_FIRST:
         chunk_id = tl.program_id(1)
         head_id = tl.program_id(0)
+        num_head_ids = tl.num_programs(0)
     else:
         chunk_id = tl.program_id(0)
         head_id = tl.program_id(1)
+        num_head_ids = tl.num_programs(1)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
-    # the combine, launched behind this kernel with PDL, may be scheduled now; it waits for this grid to finish
+    # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
+    wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
 
-    seq, seqlen, start, end, single = locate_chunk(
-        SEQLENS, CHUNKS, stride_sl, chunk_id, head_id == 0, batch, slots_per_seq, overflow_slots, window,
-        NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, BLOCK_B, HAS_WINDOW, Q_LEN,
-    )  # fmt: skip
+    if INLINE_PLAN:
+        seq, seqlen, start, end, first, count = inline_chunk(
+            SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+        )  # fmt: skip
+        single = count == 1
+        # publish the sequence's (first chunk, count) in the planner's per-sequence columns of PLAN, so that the
+        # combine (which waits for this grid) reads two numbers instead of planning again
+        if chunk_id == first and head_id == 0 and seq < batch:
+            tl.store(PLAN + max_chunks + seq, first)
+            tl.store(PLAN + 2 * max_chunks + batch + seq, count)
+    else:
+        seq, seqlen, start, end, single = locate_chunk(
+            PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
+            NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN,
+        )  # fmt: skip
     if seq >= batch:
         return
     seq = seq.to(tl.int64)
@@ -362,27 +484,13 @@ def _partial_kernel(
         stride_ob, stride_ot, stride_oh, num_q_heads,
         GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
-
-
-@triton.jit
-def merge_chunks(
-    m_i, l_i, acc, O_PART, LSE_PART, slot, mask_s, offs_r, mask_r, offs_d, num_rows, BLOCK_D: tl.constexpr
-):  # fmt: skip
-    """One step of the combine's online softmax over chunk LSEs (natural log): the partials of the chunks at partial
-    rows ``slot`` [BLOCK_S] (``mask_s``) for query rows offs_r [BLOCK_R] (``mask_r``) and head-dim columns offs_d,
-    merged into the running max m_i, sum l_i [BLOCK_R] and weighted output acc [BLOCK_R, BLOCK_DC]."""
-    # [BLOCK_S, BLOCK_R] partial rows; empty chunks hold -inf
-    rows = slot.to(tl.int64)[:, None] * num_rows + offs_r[None, :]
-    mask_sr = mask_s[:, None] & mask_r[None, :]
-    lse_s = tl.load(LSE_PART + rows, mask=mask_sr, other=float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
-    # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
-    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp(m_i - m_ref)
-    w = tl.exp(lse_s - m_ref[None, :])
-    # [BLOCK_S, BLOCK_R, BLOCK_DC]
-    o = tl.load(O_PART + rows[:, :, None] * BLOCK_D + offs_d[None, None, :], mask=mask_sr[:, :, None], other=0.0)
-    return m_new, l_i * alpha + tl.sum(w, axis=0), acc * alpha[:, None] + tl.sum(w[:, :, None] * o, axis=0)
+    if FUSED_MAX > 0 and not single:
+        merge_if_last(
+            O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq * num_head_ids + head_id, seq, kv_head, head_block,
+            batch, max_chunks,
+            stride_ob, stride_ot, stride_oh, num_q_heads,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -391,12 +499,10 @@ def _combine_kernel(
     LSE_PART,
     OUT,
     LSE,
-    CHUNKS,
+    PLAN,
     SINKS,
     batch,
-    slots_per_seq,
-    overflow_slots,
-    num_rows,
+    max_chunks,
     num_q_heads,
     stride_ob,
     stride_ot,
@@ -404,83 +510,78 @@ def _combine_kernel(
     NUM_SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
-    BLOCK_SO: tl.constexpr,
-    BLOCK_R: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_DC: tl.constexpr,
     WRITE_LSE: tl.constexpr,
     HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
+    MERGED_MAX: tl.constexpr,
 ):
-    # one program per (BLOCK_R query rows, row = token * Hq + head; sequence; block of BLOCK_DC head-dim columns)
-    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    mask_r = offs_r < num_rows
+    # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
+    row = tl.program_id(0)
     seq = tl.program_id(1)
     d0 = tl.program_id(2) * BLOCK_DC
+    num_rows = tl.num_programs(0)
+    head = row % num_q_heads
     wait_for_previous(USE_PDL)
     if NUM_SPLITS > 0:
+        first = seq * NUM_SPLITS
         count = NUM_SPLITS
-        over_first = 0
     else:
-        # published by the program of the sequence's chunk 0 (planned_chunk); overflow chunk j is at partial row j
-        count = tl.load(CHUNKS + seq)
-        over_first = tl.load(CHUNKS + batch + seq)
-        if count == 1:
-            # written by its partial program
+        # the planner's per-sequence columns, or (in-place plan) those the partial programs published
+        first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
+        if count <= MERGED_MAX:
+            # written by its partial program (one chunk, or merged there: merge_if_last)
             return
+    offs_s = tl.arange(0, BLOCK_S)
     offs_d = d0 + tl.arange(0, BLOCK_DC)
 
-    # the online softmax again, over the chunks' LSEs, per row: running max, sum and weighted output
-    m_i = tl.full([BLOCK_R], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_R], tl.float32)
-    acc = tl.zeros([BLOCK_R, BLOCK_DC], tl.float32)
+    # the online softmax again, over the chunks' LSEs (natural log): running max, sum and weighted output
+    m_i = tl.max(tl.full([BLOCK_S], float("-inf"), tl.float32), axis=0)
+    l_i = tl.sum(tl.zeros([BLOCK_S], tl.float32), axis=0)
+    acc = tl.zeros([BLOCK_DC], tl.float32)
     if HAS_SINKS:
         # the sink is one more "chunk" of mass exp(sink) and output 0, counted once per row
-        m_i = tl.load(SINKS + offs_r % num_q_heads, mask=mask_r, other=float("-inf"))
-        l_i = tl.where(mask_r, 1.0, 0.0)
-    # the sequence's own S slots, in blocks of BLOCK_S (next_power_of_2(S): one block, usually)...
-    own = tl.minimum(count, slots_per_seq)
-    for s0 in range(0, own, BLOCK_S):
-        split = s0 + tl.arange(0, BLOCK_S)
-        m_i, l_i, acc = merge_chunks(
-            m_i, l_i, acc, O_PART, LSE_PART, overflow_slots + seq * slots_per_seq + split, split < own, offs_r, mask_r,
-            offs_d,
-            num_rows, BLOCK_D,
-        )  # fmt: skip
-    # ...then its overflow chunks (planned mode, sequences longer than S chunks), in wide blocks
-    over_rows = over_first
-    for s0 in range(0, count - own, BLOCK_SO):
-        split = s0 + tl.arange(0, BLOCK_SO)
-        m_i, l_i, acc = merge_chunks(
-            m_i, l_i, acc, O_PART, LSE_PART, over_rows + split, split < count - own, offs_r, mask_r, offs_d,
-            num_rows, BLOCK_D,
-        )  # fmt: skip
+        m_i = tl.load(SINKS + head)
+        l_i = l_i + 1.0
+    for s0 in range(0, count, BLOCK_S):
+        mask_s = s0 + offs_s < count
+        rows = (first + s0 + offs_s).to(tl.int64) * num_rows + row
+        # [BLOCK_S]; empty chunks hold -inf
+        lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
+        # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_ref)
+        w = tl.exp(lse_s - m_ref)
+        # [BLOCK_S, BLOCK_D]
+        o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
+        acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
+        l_i = l_i * alpha + tl.sum(w, axis=0)
+        m_i = m_new
 
     empty = l_i == 0.0
-    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    out = acc / tl.where(empty, 1.0, l_i)
     seq = seq.to(tl.int64)
-    tok = (offs_r // num_q_heads).to(tl.int64)
-    head = (offs_r % num_q_heads).to(tl.int64)
-    out_ptrs = OUT + seq * stride_ob + (tok * stride_ot + head * stride_oh)[:, None] + offs_d[None, :]
-    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_r[:, None] & (offs_d < HEAD_DIM)[None, :])
+    tok = (row // num_q_heads).to(tl.int64)
+    out_ptrs = OUT + seq * stride_ob + tok * stride_ot + head.to(tl.int64) * stride_oh + offs_d
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
     if WRITE_LSE and d0 == 0:
         lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
-        tl.store(LSE + seq * num_rows + offs_r, lse, mask=mask_r)
+        tl.store(LSE + seq * num_rows + row, lse)
 
 
-def plan_grid(batch: int, num_kv_heads: int, target: int) -> tuple[int, int]:
-    """(chunk slots per sequence S, overflow programs X) of the planned mode for about ``target`` programs: a grid of
-    X + B * S programs per KV head (and head block), one partial row each.
+def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
+    """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
+    B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
+    return batch + cdiv(EXTRA_PROGRAMS_PER_SM * num_sms, num_kv_heads)
 
-    S = max(floor(target / (B * Hkv)), 1), rounded down so that a uniform batch fills its slots (when S divides its
-    tiles): no empty program among busy ones (the block scheduler deals empty programs out like real work:
-    64 x 3064 32/8 with S = 2 and one chunk each took 199 us against 183 for the same chunks without the holes).
-    X = ceil(B * S / OVERFLOW_RATIO) overflow programs (none for one sequence, which never overflows) come first in
-    the grid: the long sequences' extra chunks start before everything else, and for a uniform batch the X empty
-    ones leave at once instead of queueing behind the busy ones at the end (2-4 us on the 12/2 and 28/4 rows). Sized
-    from B, Hkv and the SM count, never from the cache's capacity."""
-    slots_per_seq = max(1, target // (batch * num_kv_heads))
-    return slots_per_seq, (cdiv(batch * slots_per_seq, OVERFLOW_RATIO) if batch > 1 else 0)
+
+def num_candidates(max_tokens: int, block_n: int) -> int:
+    """Candidate chunk sizes block_n * 2^k, enough that the largest covers any sequence the table can hold (so one
+    chunk per sequence is always feasible), as a power of two for tl.arange."""
+    k = max(1, cdiv(max_tokens, block_n) - 1).bit_length() + 1
+    return next_power_of_2(k)
 
 
 def visible_start(seqlen: int, window_left: int | None, q_len: int = 1) -> int:
@@ -504,89 +605,153 @@ def split_bounds(
     return bounds
 
 
-def slot_plan(
-    seqlens, slots_per_seq, overflow_slots, block_n, window_left=None, q_len=1
-) -> list[tuple[int, int, int] | None]:  # fmt: skip
-    """Planned mode: (sequence, start, end) of every program's chunk (overflow programs first, then the regular
-    slots), None for an unused one, exactly as ``plan_sizes`` and ``planned_chunk`` cut (over each sequence's
-    visible tokens)."""
-    batch, s_, x_ = len(seqlens), slots_per_seq, overflow_slots
+def chunk_plan(
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None
+) -> list[tuple[int, int, int]]:  # fmt: skip
+    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
+    (over each sequence's visible tokens; saturation: the planner's programs per SM, SATURATION_PER_SM unless
+    given)."""
+    saturation = SATURATION_PER_SM if saturation is None else saturation
     firsts = [visible_start(n, window_left, q_len) for n in seqlens]
-    tiles = [cdiv(n - f, block_n) for n, f in zip(seqlens, firsts)]
-    per_chunk = max(cdiv(sum(tiles), batch * s_), 1)
-    longest = max(tiles, default=0)
-    per_chunk = max(cdiv(longest, max(longest // per_chunk, 1)), 1)
-    long_tiles = [t for t in tiles if t > s_ * per_chunk]
-    over_chunk = max(cdiv(sum(long_tiles), max(x_ + len(long_tiles) * (s_ - 1), 1)), 1)
-    plan = [None] * (x_ + batch * s_)
-    over = 0
-    for b, (n, f, t) in enumerate(zip(seqlens, firsts, tiles)):
-        size = over_chunk if t > s_ * per_chunk else per_chunk
-        count = max(cdiv(t, size), 1)
-        for s in range(count):
-            row = x_ + b * s_ + s if s < s_ else over + s - s_
-            start = f + s * size * block_n
-            plan[row] = (b, start, min(start + size * block_n, n))
-        over += max(count - s_, 0)
+    visible = [n - f for n, f in zip(seqlens, firsts)]
+    max_len = max(visible, default=0)
+    best = None
+    for k in range(num_cand):
+        cand = block_n << k
+        count = sum(max(cdiv(n, cand), 1) for n in visible)
+        per_sm = cdiv(count * num_kv_heads, num_sms)
+        cost = max(per_sm, saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
+        key = ((cost if count <= max_chunks else 1 << 40), -k)
+        if best is None or key < best[0]:
+            best = (key, cand)
+    chunk = best[1]
+    # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf)
+    starts = [range(f, n, chunk) if n > f else [f] for n, f in zip(seqlens, firsts)]
+    return [(b, s, min(s + chunk, n)) for b, (n, ss) in enumerate(zip(seqlens, starts)) for s in ss]
+
+
+def planner_shape(block_b: int) -> tuple[int, int]:
+    """(chunk slots per planner program, warps) for a batch padded to block_b. Each program recomputes the cut and
+    looks its slots up in a [slots, block_b] tile, so large batches want few slots per program (more programs, run
+    side by side) and one warp. H200 (scripts/plan_probe.py, graph µs of the planner alone): 256 sequences 6.4 -> 2.1,
+    512: 6.4 -> 2.9, 64: 3.3 -> 1.8; up to 16 sequences 64 slots x 4 warps is within 0.2 of the best."""
+    return min(64, max(4, 256 // block_b)), (4 if block_b <= 16 else 1)
+
+
+def launch_plan(
+    cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
+    counters=None,
+):  # fmt: skip
+    """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
+    block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
+    saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
+    combine's int32 arrival counters, zeroed by the planner (None: not fused)."""
+    batch = cache_seqlens.shape[0]
+    features = features or Features()
+    plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
+    block_b = next_power_of_2(batch)
+    block_i, warps = planner_shape(block_b)
+    _plan_kernel[(cdiv(max_chunks, block_i),)](
+        cache_seqlens, plan, plan if counters is None else counters, 0 if counters is None else counters.numel(),
+        batch, num_kv_heads, max_chunks, cache_seqlens.stride(0),
+        int(features.window_left if features.window_left is not None else 0), NUM_SMS=num_sms,
+        BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
+        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
+    )  # fmt: skip
     return plan
 
 
-def split_config(
-    head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int
-) -> tuple[dict, int]:  # fmt: skip
-    """(partial kernel launch config, programs per SM the planned cut aims at) for one call's shapes.
+# the inline-planner arguments of a kernel that reads the plan from PLAN instead (constant, so no recompiles)
+_NO_INLINE_PLAN = dict(
+    stride_sl=0, num_kv_heads=1, NUM_SMS=1, window=0, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4,
+    NUM_CAND=1, SATURATION=1, OVERHEAD=0, HAS_WINDOW=False, Q_LEN=1,
+)  # fmt: skip
 
-    The config is ``launch_config``'s, with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row
-    (Hkv * D * itemsize bytes) is a power of two. The target comes from PLANNER_SATURATION by tile: "grouped"
-    (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other small
-    groups)."""
-    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize)
+
+_NO_INLINE_PARTIAL = {k: _NO_INLINE_PLAN[k] for k in _PARTIAL_PLAN_ARGS}
+
+
+def split_config(
+    head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, fused: bool
+) -> tuple[dict, int, bool]:  # fmt: skip
+    """(partial kernel launch config, programs per SM the planner aims at, heads-first grid) for one call's shapes.
+
+    The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks), and
+    with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
+    planner's target comes from PLANNER_SATURATION by tile class: "grouped" (q_len x group >= 4), "small_group"
+    (the split tile above) or "mha" (the 128-token tile of the other small groups); the planned grid puts a chunk's
+    KV heads together for the classes in PARTIAL_HEADS_FIRST."""
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
     small = small and row_bytes & (row_bytes - 1) == 0
     if small:
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     tile = "grouped" if q_len * group >= 4 else ("small_group" if small else "mha")
-    return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM)
+    return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile in PARTIAL_HEADS_FIRST
+
+
+def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
+    """Whether a planned call merges chunks in the last partial program (``merge_if_last``) rather than in a combine
+    launch, from shapes only: enough (sequence, row) pairs that the combine would not be a few long merges
+    (B * q_len * Hq >= #SMs), and few chunks expected per sequence: the planner aims at SATURATION_PER_SM * #SMs
+    programs, so a uniform batch gets about that / (B * Hkv) chunks each, and the last program merges them at
+    ~0.27 us per step of MERGE_UNROLL chunks (docs/design.md)."""
+    pairs = batch * q_len * num_q_heads >= num_sms
+    return FUSED_COMBINE and pairs and SATURATION_PER_SM * num_sms <= FUSED_EXPECTED_CHUNKS * batch * num_kv_heads
+
+
+def inline_block_b(batch: int) -> int:
+    """The in-place plan's lengths tile: the batch padded to a power of two, but 8 for 3-8 sequences. ptxas gives the
+    partial kernel 160-167 registers with a tile of 4 (3 programs per SM instead of 4: 4 x 16384 12/2 took 31.7 us
+    against 26.2 with 8); 1, 2, 8 and 16 stay at <= 128 (tests/test_compile_sm90.py). H200, planner launch -> in
+    place: 1 x 65536 12/2 27.8 -> 25.9 us, 1 x 2048 28/4 10.9 -> 10.0, 1 x 65536 12/12 104.5 -> 102.6."""
+    return next_power_of_2(batch) if batch <= 2 else max(8, next_power_of_2(batch))
+
+
+def inline_plan_args(cache_seqlens, num_kv_heads, num_sms, block_n, num_cand, features, saturation) -> dict:
+    """Keyword arguments for kernels that compute the planned cut in place (``inline_chunk``): the planner's
+    inputs."""
+    return dict(
+        SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads, NUM_SMS=num_sms,
+        window=int(features.window_left if features.window_left is not None else 0), INLINE_PLAN=True,
+        BLOCK_B=inline_block_b(cache_seqlens.shape[0]), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
+        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len,
+    )  # fmt: skip
 
 
 def launch_combine(
-    o_part, lse_part, out, lse, chunk_counts, slots_per_seq, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None, overflow_slots=0,
+    o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
+    num_sms=None, merged_max=1,
 ):  # fmt: skip
-    """Run _combine_kernel over the partials o_part [slots, q_len * Hq, BLOCK_D] and lse_part [slots, q_len * Hq]
+    """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
-    planned mode (chunk_counts: the int32 [2, B] the partial programs published; overflow_slots: X, the overflow
-    programs' rows before the regular ones), S for fixed splits; slots_per_seq: S either way. sinks: [Hq] fp32 or None. deterministic: blocks of COMBINE_BLOCK_S chunks always, so
-    the summation tree does not depend on S. pdl: launched with programmatic dependent launch. num_sms: lets a call
-    with few (sequence, row) pairs use the COMBINE_WIDE blocks, and sets how many rows a program merges.
-
-    Shape: a sequence's own chunks in blocks of next_power_of_2(S) (at most COMBINE_BLOCK_S), BLOCK_R rows per
-    program while the [BLOCK_S, BLOCK_R, BLOCK_DC] tile stays within COMBINE_TILE elements and the grid keeps about
-    one program per SM, and overflow chunks in blocks of BLOCK_SO, the most that fit the tile."""
+    planned mode (plan from ``launch_plan``, max_chunks slots), S for fixed splits. sinks: [Hq] fp32 or None.
+    deterministic: blocks of COMBINE_BLOCK_S chunks always, so the summation tree does not depend on S. pdl:
+    launched with programmatic dependent launch. num_sms: lets a call with few (sequence, row) pairs use the
+    COMBINE_WIDE blocks. merged_max (planned mode): sequences of at most this many chunks were written by their
+    partial programs (1: single-chunk ones; FUSED_MAX_CHUNKS with the fused merge) and are skipped. In the planned
+    mode the combine reads each sequence's (first chunk, count) from the plan's per-sequence columns, which the
+    planner wrote or, with the in-place plan, the partial programs published (H200, against computing the cut again
+    in every combine program: 1 x 65536 12/2 32.0 -> 28.0 us, perf_probe at 4345621)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
-    num_rows, block_d = q_len * num_q_heads, o_part.shape[2]
-    block_s, d_blocks = min(COMBINE_BLOCK_S, next_power_of_2(slots_per_seq)), COMBINE_D_BLOCKS
-    if deterministic:
-        block_s = COMBINE_BLOCK_S
-    elif COMBINE_WIDE and num_sms is not None and batch * num_rows < num_sms:
+    fixed, block_d = num_splits, o_part.shape[2]
+    block_s, d_blocks = COMBINE_BLOCK_S, COMBINE_D_BLOCKS
+    if COMBINE_WIDE and not deterministic and num_sms is not None and batch * q_len * num_q_heads < num_sms:
         block_s, d_blocks = COMBINE_WIDE
     if block_d % (16 * d_blocks):
         d_blocks = 1
-    block_dc = block_d // d_blocks
-    block_r = max(1, min(COMBINE_MAX_ROWS, COMBINE_TILE // (block_s * block_dc), next_power_of_2(num_rows)))
-    if num_sms:
-        # round down to a power of two: about one program per SM at least
-        block_r = min(block_r, 1 << max(batch * num_rows // num_sms, 1).bit_length() - 1)
-    block_so = max(block_s, COMBINE_TILE // (block_r * block_dc)) if not num_splits else 1
-    _combine_kernel[(cdiv(num_rows, block_r), batch, d_blocks)](
-        o_part, lse_part, out4, lse if lse is not None else lse_part, chunk_counts,
-        sinks if sinks is not None else lse_part, batch, slots_per_seq, overflow_slots, num_rows, num_q_heads,
-        out4.stride(0), out4.stride(1), out4.stride(2),
-        NUM_SPLITS=num_splits, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_SO=block_so, BLOCK_R=block_r,
-        BLOCK_D=block_d, BLOCK_DC=block_dc, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
-        USE_PDL=pdl, **({"launch_pdl": True} if pdl else {}),
+    _combine_kernel[(q_len * num_q_heads, batch, d_blocks)](
+        o_part, lse_part, out4, lse if lse is not None else lse_part, plan, sinks if sinks is not None else lse_part,
+        batch, max_chunks, num_q_heads, out4.stride(0), out4.stride(1), out4.stride(2),
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim,
+        BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
+        BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
+        USE_PDL=pdl, MERGED_MAX=merged_max,
+        **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 
@@ -600,10 +765,9 @@ def decode_splitk(
         num_splits: None for the planned mode, or S >= 1 for S splits per sequence (fixed mode).
         num_sms: SMs to plan for (planned mode); defaults to the device's.
         split_tokens: deterministic mode: splits of this many tokens (a multiple of BLOCK_N); num_splits must be None.
-        return_partials: also return the fp32 partial outputs [programs, q_len * Hq, BLOCK_D] and LSEs
-            [programs, q_len * Hq], row = token * Hq + head (tests; rows as ``slot_plan`` lists them in the planned
-            mode, where single-chunk sequences go straight to ``out`` and leave their rows unset, as do unused ones).
-            Partials hold no sink (it joins in the combine).
+        return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
+            [chunks, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
+            straight to ``out`` and leave their rows unset). Partials hold no sink (it joins in the combine).
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -616,7 +780,10 @@ def decode_splitk(
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
-    cfg, saturation = split_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads)
+    fused = num_splits is None and not split_tokens and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
+    cfg, saturation, heads_first = split_config(
+        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused
+    )  # fmt: skip
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     max_tokens = block_table.shape[1] * page_size
@@ -624,29 +791,41 @@ def decode_splitk(
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
         num_splits = max(1, cdiv(max_tokens, split_tokens))
     if num_splits is None:
-        fixed = 0
-        slots_per_seq, overflow_slots = plan_grid(batch, num_kv_heads, saturation * num_sms)
-        chunks = overflow_slots + batch * slots_per_seq
-        chunk_counts = torch.empty(2, batch, dtype=torch.int32, device=q.device)
+        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms), 0
     else:
-        fixed, slots_per_seq, overflow_slots, chunks = num_splits, num_splits, 0, batch * num_splits
-        # fixed mode never reads it
-        chunk_counts = cache_seqlens
+        chunks, fixed = batch * num_splits, num_splits
+    num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
     o_part = torch.empty(chunks, q_len * num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
     lse_part = torch.empty(chunks, q_len * num_q_heads, dtype=torch.float32, device=q.device)
+    lse_arg = lse if lse is not None else lse_part
     fargs = features.kernel_args(cache_seqlens)
+    # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
     pdl = use_pdl(q.device)
+    # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
+    # table cannot hold one
+    combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
+    counters = torch.empty(batch * num_kv_heads * head_blocks, dtype=torch.int32, device=q.device) if fused else None
+    # small batches without the fused merge (which needs the planner to zero its counters) plan in place
+    inline = None
+    if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
+        inline = inline_plan_args(cache_seqlens, num_kv_heads, num_sms, cfg["BLOCK_N"], num_cand, features, saturation)
+    if fixed or inline:
+        # in place: the partial programs publish each sequence's (first chunk, count) in the planner's layout
+        plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
+    else:
+        plan = launch_plan(
+            cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
+            counters,
+        )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    # planned grids have X + B * S <= 1.25 * max(target / Hkv, B) + 1 programs per head, within grid dim 1's 65535;
-    # fixed ones may not
-    heads_first = PARTIAL_HEADS_FIRST and not fixed
+    # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
+    heads_first = heads_first and not fixed
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     _partial_kernel[grid](
-        q4, k_cache, v_cache, cache_seqlens, block_table, chunk_counts, o_part, lse_part, out4,
-        lse if lse is not None else lse_part,
-        qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch,
-        slots_per_seq=slots_per_seq, overflow_slots=overflow_slots,
+        q4, k_cache, v_cache, cache_seqlens, block_table, plan, plan if counters is None else counters, o_part,
+        lse_part, out4, lse_arg,
+        qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch, max_chunks=chunks,
         stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
         stride_kp=k_cache.stride(0), stride_kt=k_cache.stride(1), stride_kh=k_cache.stride(2),
         stride_vp=v_cache.stride(0), stride_vt=v_cache.stride(1), stride_vh=v_cache.stride(2),
@@ -654,14 +833,14 @@ def decode_splitk(
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
-        USE_PDL=pdl, BLOCK_B=next_power_of_2(batch) if not fixed else 1, **fargs, **cfg,
+        USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
+        **({k: inline[k] for k in _PARTIAL_PLAN_ARGS} if inline else _NO_INLINE_PARTIAL),
+        **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
-    # every sequence is one chunk (written by its partial program) when fixed to one split, or when the table
-    # cannot hold more than one tile
-    if fixed > 1 or (not fixed and max_tokens > cfg["BLOCK_N"]):
+    if combine:
         launch_combine(
-            o_part, lse_part, out4, lse, chunk_counts, slots_per_seq, fixed, sinks=features.sinks,
-            deterministic=bool(split_tokens), pdl=pdl, num_sms=num_sms, overflow_slots=overflow_slots,
+            o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
+            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
@@ -670,10 +849,9 @@ def decode_splitk(
 
 def splitk_partials_mirror(q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, chunks):
     """PyTorch float64 mirror of the partial kernel: each chunk's (o_c, lse_c) for the given
-    [(sequence, start, end), ...] (from ``slot_plan``, whose unused slots are None, or ``split_bounds``).
+    [(sequence, start, end), ...] (from ``chunk_plan`` or ``split_bounds``).
 
-    Returns o_part [chunks, Hq, D] and lse_part [chunks, Hq] float64 on the CPU; empty chunks and unused slots are
-    (0, -inf).
+    Returns o_part [chunks, Hq, D] and lse_part [chunks, Hq] float64 on the CPU; empty chunks are (0, -inf).
     """
     from .reference import reference_dense
 
@@ -685,10 +863,9 @@ def splitk_partials_mirror(q, k_cache, v_cache, cache_seqlens, block_table, soft
     # each chunk's tokens as a sequence of its own, over a view of the cache as pages of one token
     flat_k = k_cache.reshape(-1, 1, *k_cache.shape[2:])
     flat_v = v_cache.reshape(-1, 1, *v_cache.shape[2:])
-    for c, chunk in enumerate(chunks):
-        if chunk is None or chunk[1] == chunk[2]:
+    for c, (b, start, end) in enumerate(chunks):
+        if start == end:
             continue
-        b, start, end = chunk
         tokens = torch.arange(start, end)
         pages = table[b, tokens // page_size] * page_size + tokens % page_size
         o, lse = reference_dense(q[b : b + 1], flat_k, flat_v, torch.tensor([end - start]), pages[None], softmax_scale)

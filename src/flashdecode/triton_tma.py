@@ -1,12 +1,12 @@
 """Split-K paged decode attention with K/V tiles moved by the tensor memory accelerator (Hopper and newer).
 
-The same cut and merge as ``triton_splitk`` (its planned cut ``locate_chunk`` and LSE ``_combine_kernel``,
+The same cut and merge as ``triton_splitk`` (its device planner ``_plan_kernel`` and LSE ``_combine_kernel``,
 imported, not copied), with a different partial kernel: one program per (chunk, KV head) walks its chunk
 PAGES_PER_TILE pages at a time, and every page arrives as one TMA box of [1, page_size, 1, BLOCK_D] from a host
 tensor descriptor over the cache viewed as its own 4-D shape [num_pages, page_size, Hkv, D]. Hopper has no TMA
 gather, so a tile is PAGES_PER_TILE boxes, one per page id read from the block table. The loop over tiles is
 software-pipelined by Triton (``num_stages`` buffers: the next tiles' boxes are in flight while the current one is
-consumed), and the planned cut aims at PROGRAMS_PER_SM programs per SM instead of triton_splitk's 3-4.
+consumed), and the planner aims at PROGRAMS_PER_SM resident programs per SM instead of triton_splitk's 4.
 
 Per tile, each page's scores are one [BLOCK_H, page_size] ``tl.dot`` straight from the shared-memory box; the
 pages' scores are joined into one [BLOCK_H, BLOCK_N] tile for the online-softmax step (``softmax_step``), and p is
@@ -19,7 +19,7 @@ masks scores to -inf and V rows to 0 (rows past the end of the last page may hol
 page past the end is fetched at a page id outside the pool, which TMA fills with zeros without touching memory.
 
 Bytes: as triton_splitk (the valid K/V once, plus the fp32 partials of multi-chunk sequences).
-Grids: partial (slots, Hkv) with ``triton_splitk.plan_grid``'s slots for PROGRAMS_PER_SM x #SMs programs; combine
+Grids: planner (slots / 64); partial (slots, Hkv) with slots = B + ceil(2 * PROGRAMS_PER_SM * #SMs / Hkv); combine
 (Hq, B). Nothing on the host reads the lengths: CUDA-graph safe like triton_splitk.
 
 TMA limits checked before any launch (``check_supported``): compute capability >= 9.0 (or the interpreter),
@@ -47,12 +47,13 @@ from .triton_common import (
 from .triton_splitk import (
     MAX_PLANNED_BATCH,
     launch_combine,
+    launch_plan,
     locate_chunk,
-    plan_grid,
+    num_candidates,
     store_chunk,
 )
 
-__all__ = ["decode_tma", "tma_config", "check_supported", "PROGRAMS_PER_SM"]
+__all__ = ["decode_tma", "tma_config", "check_supported", "grid_slots", "PROGRAMS_PER_SM"]
 
 # the planner's target of resident programs per SM (the source's "two blocks per SM, grid about 2x the SM count")
 PROGRAMS_PER_SM = 2
@@ -174,15 +175,14 @@ def _tma_partial_kernel(
     V_DESC,
     SEQLENS,
     BLOCK_TABLE,
-    CHUNKS,
+    PLAN,
     O_PART,
     LSE_PART,
     OUT,
     LSE,
     qk_scale,
     batch,
-    slots_per_seq,
-    overflow_slots,
+    max_chunks,
     num_pages,
     stride_qb,
     stride_qh,
@@ -200,34 +200,17 @@ def _tma_partial_kernel(
     BLOCK_D: tl.constexpr,
     DOT_F32: tl.constexpr,
     WRITE_LSE: tl.constexpr,
-    BLOCK_B: tl.constexpr,
 ):
     BLOCK_N: tl.constexpr = PAGES_PER_TILE * PAGE_SIZE
     chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1)
     num_q_heads = GROUP * tl.num_programs(1)
     seq, _, start, end, single = locate_chunk(
-        SEQLENS, CHUNKS, stride_sl, chunk_id, kv_head == 0, batch, slots_per_seq, overflow_slots, 0,
-        NUM_SPLITS, BLOCK_N, 0, BLOCK_B,
-    )  # fmt: skip
-    if seq < batch:
-        _attend_chunk(
-            Q, K_DESC, V_DESC, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, seq.to(tl.int64), kv_head, start, end,
-            single, chunk_id, qk_scale, num_pages, num_q_heads, stride_qb, stride_qh, stride_btb, stride_btp,
-            stride_ob, stride_oh, GROUP, HEAD_DIM, PAGE_SIZE, PAGES_PER_TILE, BLOCK_H, BLOCK_D, DOT_F32, WRITE_LSE,
-        )  # fmt: skip
-
-
-@triton.jit
-def _attend_chunk(
-    Q, K_DESC, V_DESC, BLOCK_TABLE, O_PART, LSE_PART, OUT, LSE, seq, kv_head, start, end, single, row, qk_scale,
-    num_pages, num_q_heads, stride_qb, stride_qh, stride_btb, stride_btp, stride_ob, stride_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, PAGES_PER_TILE: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, WRITE_LSE: tl.constexpr,
-):  # fmt: skip
-    """Chunk [start, end) of sequence seq (int64) for one KV head, written to partial row ``row`` (or, single, to the
-    output)."""
-    BLOCK_N: tl.constexpr = PAGES_PER_TILE * PAGE_SIZE
+        PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, 0, NUM_SPLITS, BLOCK_N
+    )
+    if seq >= batch:
+        return
+    seq = seq.to(tl.int64)
     block_row = BLOCK_TABLE + seq * stride_btb
 
     offs_d = tl.arange(0, BLOCK_D)
@@ -240,7 +223,7 @@ def _attend_chunk(
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
 
-    # chunks start on tile edges (planned chunks and fixed splits are whole tiles): only the last tile
+    # chunks start on tile edges (chunk sizes are BLOCK_N * 2^k, fixed splits whole tiles): only the last tile
     # can reach past the end
     first_page = start // PAGE_SIZE
     num_full = (end - start) // BLOCK_N
@@ -266,7 +249,7 @@ def _attend_chunk(
     out, lse = finalize(m_i, l_i, acc)
     # no sinks, one query token, one head block: LSE_PART stands in for the unused sink pointer
     store_chunk(
-        O_PART, LSE_PART, OUT, LSE, LSE_PART, row, seq, kv_head, 0, out, lse, single, stride_ob, 0, stride_oh,
+        O_PART, LSE_PART, OUT, LSE, LSE_PART, chunk_id, seq, kv_head, 0, out, lse, single, stride_ob, 0, stride_oh,
         num_q_heads, GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, False, 1,
     )  # fmt: skip
 
@@ -296,6 +279,12 @@ def tma_config(head_dim: int, group: int, page_size: int) -> dict:
         num_stages=3,
         PROGRAMS_PER_SM=PROGRAMS_PER_SM,
     )
+
+
+def grid_slots(batch: int, num_kv_heads: int, num_sms: int, programs_per_sm: int) -> int:
+    """Chunk slots of the planned grid: one per sequence plus 2 * programs_per_sm programs per SM (the planner's
+    room to split; it never uses more). Sized from B and the SM count, never from the lengths."""
+    return batch + cdiv(2 * programs_per_sm * num_sms, num_kv_heads)
 
 
 def check_supported(q, k_cache, v_cache):
@@ -365,30 +354,26 @@ def decode_tma(
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     if num_splits is None:
-        fixed = 0
-        slots_per_seq, overflow_slots = plan_grid(batch, num_kv_heads, programs_per_sm * num_sms)
-        chunks = overflow_slots + batch * slots_per_seq
-        # each sequence's (chunk count, first overflow slot), published by its chunk-0 programs for the combine
-        chunk_counts = torch.empty(2, batch, dtype=torch.int32, device=q.device)
+        chunks, fixed = grid_slots(batch, num_kv_heads, num_sms, programs_per_sm), 0
+        num_cand = num_candidates(block_table.shape[1] * page_size, block_n)
+        plan = launch_plan(cache_seqlens, num_kv_heads, num_sms, chunks, block_n, num_cand, programs_per_sm)
     else:
-        fixed, slots_per_seq, overflow_slots, chunks = num_splits, num_splits, 0, batch * num_splits
-        # fixed mode never reads it
-        chunk_counts = cache_seqlens
+        chunks, fixed = batch * num_splits, num_splits
+        # fixed mode never reads the plan
+        plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
     o_part = torch.empty(chunks, num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
     lse_part = torch.empty(chunks, num_q_heads, dtype=torch.float32, device=q.device)
     _tma_partial_kernel[(chunks, num_kv_heads)](
         q, _descriptor(k_cache, page_size, cfg["BLOCK_D"]), _descriptor(v_cache, page_size, cfg["BLOCK_D"]),
-        cache_seqlens, block_table, chunk_counts, o_part, lse_part, out, lse if lse is not None else lse_part,
-        softmax_scale * LOG2E, batch, slots_per_seq, overflow_slots, num_pages,
+        cache_seqlens, block_table, plan, o_part, lse_part, out, lse if lse is not None else lse_part,
+        softmax_scale * LOG2E, batch, chunks, num_pages,
         q.stride(0), q.stride(1), cache_seqlens.stride(0), block_table.stride(0), block_table.stride(1),
         out.stride(0), out.stride(1),
         NUM_SPLITS=fixed, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None,
-        BLOCK_B=next_power_of_2(batch) if not fixed else 1, **cfg,
+        **cfg,
     )  # fmt: skip
-    launch_combine(
-        o_part, lse_part, out, lse, chunk_counts, slots_per_seq, fixed, num_sms=num_sms, overflow_slots=overflow_slots
-    )
+    launch_combine(o_part, lse_part, out, lse, plan, chunks, fixed)
     if return_partials:
         return out, lse, o_part, lse_part
     return out, lse

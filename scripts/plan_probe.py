@@ -1,0 +1,53 @@
+"""The planner kernel alone on the GPU: CUDA-graph µs of launch_plan for batches of 1-512 sequences, over chunk
+slots per program and warps (``triton_splitk.planner_shape``). Writes $OUT/plan.jsonl, prints a table last."""
+
+import itertools
+import json
+import os
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+from flashdecode import triton_splitk as sk
+from flashdecode.triton_common import Features
+
+BATCHES = [([65536], 2), ([4096] * 16, 2), ([1024] * 64, 2), ([256] * 256, 2), ([2048] * 8, 4),
+           ([131072] + [1024] * 63, 8), ([1024] * 512, 1)]  # fmt: skip
+VARIANTS = list(itertools.product((64, 32, 16, 8, 4), (4, 2, 1)))
+
+
+def main():
+    log = open(os.path.join(os.environ.get("OUT", "."), "plan.jsonl"), "w")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    lines = []
+    rule = sk.planner_shape
+    for lens, hkv in BATCHES:
+        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        slots = sk.grid_chunks(len(lens), hkv, sms)
+        num_cand = sk.num_candidates(max(lens), 64)
+        ref = None
+        res = {}
+        for block_i, warps in VARIANTS:
+            sk.planner_shape = lambda block_b, shape=(block_i, warps): shape
+
+            def fn():
+                return sk.launch_plan(seqlens, hkv, sms, slots, 64, num_cand, sk.SATURATION_PER_SM, False, Features())
+
+            plan = fn()
+            ref = plan if ref is None else ref
+            # rows (seq, start, end) of the chunk slots, (first, count) of the sequences; the rest is never written
+            assert torch.equal(plan[:3, :slots], ref[:3, :slots]) and torch.equal(plan[:2, slots:], ref[:2, slots:])
+            res[f"{block_i}/{warps}"] = do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
+        name = f"{len(lens)}x{lens[-1]} Hkv{hkv}"
+        log.write(json.dumps(dict(batch=name, slots=slots, **{k: round(v, 2) for k, v in res.items()})) + "\n")
+        best = min(res.items(), key=lambda kv: kv[1])
+        lines.append(f"{name:<20} slots {slots:>5}  64/4 {res['64/4']:>5.1f} us  best {best[1]:>5.1f} ({best[0]})  "
+                     + " ".join(f"{k}:{v:.1f}" for k, v in res.items()))  # fmt: skip
+        print(lines[-1], flush=True)
+    sk.planner_shape = rule
+    print()
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
