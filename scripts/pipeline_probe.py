@@ -4,6 +4,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
 
     python scripts/pipeline_probe.py base
     PYTHONPATH=<patched tree>/src python scripts/pipeline_probe.py prefetch
+    python scripts/pipeline_probe.py dims        # head_dim 64 and 256 tiles (64 x 4096 32/8), page ids prefetched or not
 """
 
 import itertools
@@ -37,30 +38,44 @@ ROWS = [
 ]  # fmt: skip
 
 
+# (BLOCK_N, warps, stages, page ids one tile ahead) for head_dim 64 and 256
+D64 = [(64, 4, 3, False), (64, 4, 3, True), (128, 4, 3, True), (128, 4, 2, False), (32, 4, 3, True), (128, 8, 3, True)]
+D256 = [(32, 4, 3, False), (32, 4, 3, True), (32, 8, 3, True), (64, 8, 2, False), (64, 8, 3, True), (16, 4, 4, True)]
+DIM_ROWS = [
+    (Row([4096] * 64, 32, 8, head_dim=64), "single", D64), (Row([4096] * 64, 32, 8, head_dim=64), "split", D64),
+    (Row([4096] * 64, 32, 8, head_dim=256), "single", D256), (Row([4096] * 64, 32, 8, head_dim=256), "split", D256),
+    (Row([8192], 32, 8, head_dim=64), "split", D64), (Row([8192], 32, 8, head_dim=256), "split", D256),
+]  # fmt: skip
+
+
 def main():
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
+    rows = DIM_ROWS if tag == "dims" else ROWS
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
     print(f"flashdecode from {os.path.dirname(flashdecode.__file__)}", flush=True)
     l2 = _l2_bytes("cuda")
     table = []
-    for row, mode, tiles in ROWS:
-        c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
+    for row, mode, tiles in rows:
+        c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         out = torch.empty_like(c.q)
         res = {}
-        for bn, warps, stages in tiles:
+        scale = row.head_dim**-0.5
+        for bn, warps, stages, *prefetch in tiles:
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
+            if prefetch:
+                cfg["PREFETCH_PAGES"] = prefetch[0]
             it = itertools.cycle(copies)
             if mode == "split":
                 def fn():
-                    return triton_splitk.decode_splitk(*next(it).args, 128**-0.5, out, None, config=cfg)
+                    return triton_splitk.decode_splitk(*next(it).args, scale, out, None, config=cfg)
             else:
                 def fn():
-                    return decode_single(*next(it).args, 128**-0.5, out, None, config=cfg)
-            name = f"{bn}/{warps}/{stages}"
+                    return decode_single(*next(it).args, scale, out, None, config=cfg)
+            name = f"{bn}/{warps}/{stages}" + ("/p" if prefetch and prefetch[0] else "")
             try:
                 err = max_err(fn()[0], ref)
                 assert err < 0.05, f"wrong: err {err}"
