@@ -118,6 +118,13 @@ PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
 # 5.7 -> 5.5 µs, 1 x 128 28/4 4.9 -> 4.6; on the 3-programs-per-SM 64 x 4096 32/8 it took 302 µs instead of 243
 PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
+# GQA groups of 4-16, one query token, 16-bit cache, head dims other than 128: a deeper tile without the page-id
+# prefetch. H200, 64 x 4096 32/8 (scripts/pipeline_probe.py dims, graph µs, single pass / planned split / 1 x 8192):
+# head_dim 64: 128 tokens, 2 stages 127.0 / 129.4 / 12.3 against the 64-token, 3-stage tile's 144.5 / 189.5 / 12.4
+# (with the prefetch 124.7 / 145.7 / 11.5); head_dim 256: 64 tokens, 8 warps, 2 stages 512.2 / 535.3 / 28.6 against
+# 32 tokens, 4 warps, 3 stages 653.5 / 648.5 / 30.2 (64 tokens, 8 warps, 3 stages with the prefetch: 503.6 / 529.4 /
+# 35.6). {BLOCK_D: overrides}; an empty dict: off
+HEAD_DIM_TILES = {64: dict(BLOCK_N=128, num_stages=2), 256: dict(BLOCK_N=64, num_stages=2, num_warps=8)}
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
@@ -147,8 +154,8 @@ def _launch_config(
     each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
-    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim <= 128 in a 16-bit cache: the
-    measured cases). The split-K launcher passes False when its chunks are long (the fused merge's batches).
+    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit cache: the
+    measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``. The split-K launcher passes False when its chunks are long (the fused merge's batches).
     """
     import torch
 
@@ -172,8 +179,11 @@ def _launch_config(
         num_warps=8 if block_h * block_d > WIDE_TILE else 4,
         num_stages=stages,
     )
-    if prefetch and PREFETCH_TILE and q_len == 1 and 4 <= group <= 16 and block_d == 128 and itemsize == 2:
-        cfg.update(PREFETCH_TILE)
+    if q_len == 1 and 4 <= group <= 16 and itemsize == 2:
+        if prefetch and PREFETCH_TILE and block_d == 128:
+            cfg.update(PREFETCH_TILE)
+        elif block_d in HEAD_DIM_TILES:
+            cfg.update(HEAD_DIM_TILES[block_d])
     return cfg
 
 
