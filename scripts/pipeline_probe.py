@@ -4,7 +4,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
 
     python scripts/pipeline_probe.py base
     PYTHONPATH=<patched tree>/src python scripts/pipeline_probe.py prefetch
-    python scripts/pipeline_probe.py dims        # head_dim 64 and 256 tiles (64 x 4096 32/8), page ids prefetched or not
+    python scripts/pipeline_probe.py dims   # head_dim 64 and 256 tiles (64 x 4096 32/8), page ids prefetched or not
 """
 
 import itertools

@@ -4,8 +4,8 @@ The interpreter executes kernels as Python, so it accepts code the compiler reje
 in one branch and a literal in the other passed every CPU test and failed on the H200). This test compiles the
 kernels for sm_90 without a GPU, in a subprocess without TRITON_INTERPRET, and checks that PDL compiles to
 griddepcontrol instructions. A second test runs ptxas on the split-K partial kernel's BLOCK_N-64 and prefetching
-BLOCK_N-32 variants and checks they fit the 128 registers per thread that let 4 programs share an SM (one more register cost 4-20% on the
-H200: docs/design.md).
+BLOCK_N-32 variants and checks they fit the 128 registers per thread that let 4 programs share an SM (one more
+register cost 4-20% on the H200: docs/design.md).
 """
 
 import os

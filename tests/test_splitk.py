@@ -81,7 +81,8 @@ def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, mon
         *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
     )
     max_tokens = c.block_table.shape[1] * 16
-    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(len(lens), 2, num_sms), block_n, num_candidates(max_tokens, block_n),
+    num_cand = num_candidates(max_tokens, block_n)
+    chunks = chunk_plan(lens, 2, num_sms, grid_chunks(len(lens), 2, num_sms), block_n, num_cand,
                         saturation=planned_saturation(c))  # fmt: skip
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
     assert launched == {"plan": int(inline_max == 0 or not combine), "combine": int(combine)}

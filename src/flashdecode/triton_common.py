@@ -155,7 +155,8 @@ def _launch_config(
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
     prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit cache: the
-    measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``. The split-K launcher passes False when its chunks are long (the fused merge's batches).
+    measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``. The split-K launcher passes
+    False when its chunks are long (the fused merge's batches).
     """
     import torch
 

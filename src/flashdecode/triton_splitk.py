@@ -780,7 +780,8 @@ def decode_splitk(
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
-    fused = num_splits is None and not split_tokens and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
+    fused = num_splits is None and not split_tokens
+    fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     cfg, saturation, heads_first = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused
     )  # fmt: skip

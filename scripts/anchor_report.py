@@ -1,0 +1,86 @@
+"""Anchor-grid report: flashdecode ``auto`` against FlashInfer (best of its two paths, same run) and against the best
+peer time in ../shared/PERF.md, optionally before / after against an earlier results.json. Prints a markdown table,
+the geometric means and the rows more than 5% slower than before.
+
+    python scripts/anchor_report.py NEW/results.json [OLD/results.json] > report.md
+"""
+
+import json
+import math
+import sys
+
+sys.path.insert(0, "src")
+from flashdecode.bench import compare  # noqa: E402
+
+# ../shared/PERF.md (H200, 2026-11-22): the best time any peer reached on each anchor row, graph µs
+PERF_PEER_US = {
+    "256x256 12/12": 98.9, "64x1024 12/12": 96.8, "16x4096 12/12": 100.3, "4x16384 12/12": 99.4,
+    "1x65536 12/12": 101.0, "1x131072 12/12": 189.5, "256x256 12/2": 25.1, "64x1024 12/2": 27.2,
+    "16x4096 12/2": 26.8, "4x16384 12/2": 26.5, "1x65536 12/2": 28.2, "1x131072 12/2": 44.4,
+    "1x8192 32/32": 39.7, "1x32768 32/32": 129.7, "1x131072 32/32": 489.0, "1x128 28/4": 5.0, "1x2048 28/4": 8.2,
+    "8x128 28/4": 5.6, "8x2048 28/4": 14.1, "64x4096 32/8": 252.0, "256x2048 32/8": 504.5, "128x8192 32/8": 978.8,
+    # more rows of PERF.md (32/8 unless named)
+    "ragged 1x131072+63x1024 32/8": 355.8, "uniform 64x3064 32/8 (same bytes)": 190.4,
+    "64x4096 32/8 D64 P16 bf16": 140.1, "64x4096 32/8 D256 P16 bf16": 494.6,
+}  # fmt: skip
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    return data["meta"], data["results"]
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def main():
+    meta, results = load(sys.argv[1])
+    old = {}
+    if len(sys.argv) > 2:
+        old_meta, old_results = load(sys.argv[2])
+        old = {r["row"]: r["graph_us"] for r in old_results if r["backend"] == "auto" and r.get("graph_us")}
+    rows = {}
+    for r in results:
+        entry = rows.setdefault(r["row"], {"kv_mb": r["kv_bytes"] / 1e6})
+        if r.get("graph_us") and r["status"] == "ok":
+            entry[r["backend"]] = r["graph_us"]
+            if r["backend"] == "auto":
+                entry["gbps"] = r["gbps"]
+    before = f"{old_meta['commit']} µs" if old else "before µs"
+    print(f"graph µs, {meta['gpu']}, commit {meta['commit']}, torch {meta['torch']}, triton {meta['triton']}, "
+          f"flashinfer {meta.get('flashinfer')}; read bandwidth {meta['read_bandwidth_gbps']:.0f} GB/s\n")  # fmt: skip
+    print(f"| row | K+V MB | {before} | now µs | GB/s | FlashInfer best µs | PERF.md peer µs | vs FlashInfer "
+          "| vs peer |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    vs_fi, vs_peer, anchor_fi, anchor_peer = [], [], [], []
+    for name, e in rows.items():
+        if "auto" not in e:
+            continue
+        fi = min([e[k] for k in ("flashinfer", "flashinfer_tc") if k in e], default=None)
+        peer = PERF_PEER_US.get(name)
+        s_fi, s_peer = (fi / e["auto"] if fi else None), (peer / e["auto"] if peer else None)
+        anchor = name in list(PERF_PEER_US)[:22]
+        if s_fi:
+            vs_fi.append(s_fi)
+            anchor_fi += [s_fi] if anchor else []
+        if s_peer:
+            vs_peer.append(s_peer)
+            anchor_peer += [s_peer] if anchor else []
+        cells = [f"{old[name]:.1f}" if name in old else "", f"{e['auto']:.1f}", f"{e['gbps']:.0f}",
+                 f"{fi:.1f}" if fi else "", f"{peer:.1f}" if peer else "", f"{s_fi:.2f}×" if s_fi else "",
+                 f"{s_peer:.2f}×" if s_peer else ""]  # fmt: skip
+        print(f"| {name} | {e['kv_mb']:.1f} | " + " | ".join(cells) + " |")
+    at_least = sum(1 for s in anchor_peer if s >= 1.0)
+    print(f"\nAnchor grid ({len(anchor_peer)} rows): geomean speed {geomean(anchor_fi):.3f}× FlashInfer's best time "
+          f"in the same run, {geomean(anchor_peer):.3f}× PERF.md's best peer; {at_least} of {len(anchor_peer)} rows "
+          f"at least as fast as that peer. All rows: {geomean(vs_fi):.3f}× FlashInfer, {geomean(vs_peer):.3f}× "
+          f"peer.")  # fmt: skip
+    if old:
+        slower = compare(results, sys.argv[2])
+        print("\n" + ("\n".join(slower) if slower else f"No row more than 5% slower than {old_meta['commit']}."))
+
+
+if __name__ == "__main__":
+    main()
