@@ -52,6 +52,11 @@ def test_large_groups_use_head_blocks():
     # the measured bf16 head_dim-128 configs: MHA 128-token tiles; GQA groups of 4-16 the prefetching 32-token
     # tile, or 64-token tiles without it (split-K batches with long chunks), and in every unmeasured case
     assert launch_config(128, 1, torch.bfloat16)["BLOCK_N"] == 128
+    # head dims 64 and 256 (HEAD_DIM_TILES): 128-token tiles at 2 stages; 64-token tiles, 8 warps, 2 stages
+    for d, expect in ((64, (128, 2, 4)), (256, (64, 2, 8))):
+        for dtype in (torch.bfloat16, torch.float16):
+            cfg = launch_config(d, 4, dtype)
+            assert (cfg["BLOCK_N"], cfg["num_stages"], cfg["num_warps"], cfg["PREFETCH_PAGES"]) == (*expect, False)
     short = launch_config(128, 8, torch.bfloat16)
     assert (short["BLOCK_N"], short["num_stages"], short["PREFETCH_PAGES"]) == (32, 3, True)
     for cfg in (launch_config(128, 8, torch.bfloat16, prefetch=False), launch_config(128, 8, torch.float16, 1, 1),

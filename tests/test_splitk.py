@@ -88,6 +88,29 @@ def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, mon
     assert launched == {"plan": int(inline_max == 0 or not combine), "combine": int(combine)}
 
 
+@pytest.mark.parametrize("inline_max", [16, 0], ids=["inline", "planner"])
+def test_mha_tile_target_reaches_the_cut(inline_max, device, monkeypatch):
+    """The planner's target by tile (``PLANNER_SATURATION``) is the one the kernels cut with: MHA with 3 KV heads of
+    768-byte rows (the "mha" tile, 3 programs per SM) cuts the mirror's 27 chunks with a target of 3, not the 52 of
+    the default 4, whether the partial programs plan in place or read the planner kernel's cut."""
+    from flashdecode import triton_splitk
+
+    monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
+    lens = [3, 700, 20, 0, 64]
+    c = case(lens, 3, 3, 64, 16, torch.float32, device, seed=17)
+    out = torch.full_like(c.q, float("nan"))
+    lse = torch.empty(c.q.shape[:2], device=device)
+    num_sms, block_n = 32, 16
+    _, _, o_part, lse_part = decode_splitk(
+        *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
+    )
+    assert planned_saturation(c) == triton_splitk.PLANNER_SATURATION["mha"] == 3
+    grid = grid_chunks(len(lens), 3, num_sms), block_n, num_candidates(c.block_table.shape[1] * 16, block_n)
+    chunks = chunk_plan(lens, 3, num_sms, *grid, saturation=3)
+    assert len(chunks) != len(chunk_plan(lens, 3, num_sms, *grid, saturation=4)), "the case must tell 3 from 4"
+    check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
+
+
 def test_chunk_plan_covers_every_token_within_the_grid():
     for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64):
         for hkv, sms in ((1, 8), (8, 132), (2, 132)):
