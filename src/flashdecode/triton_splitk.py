@@ -73,7 +73,7 @@ __all__ = [
 # planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth (the
 # default, and the scale of the grid and of the merge rule; the planner's own target comes from PLANNER_SATURATION)...
 SATURATION_PER_SM = 4
-# ...by partial tile (planner_saturation). H200, fixed splits at 5c9ac48 (scripts/perf_probe.py, graph µs):
+# ...by partial tile (split_config). H200, fixed splits at 5c9ac48 (scripts/perf_probe.py, graph µs):
 # "mha": the 128-token, 2-stage tile of groups < 4, of which 3 fit an SM: 12/12 rows with 384 programs 97.5-98.3, with
 #   768 (the old target's pick) 100.5-103.2;
 # "small_group": SMALL_GROUP_SPLIT_TILE: 1 x 8192 32/32 with 512 programs 38.6, 256: 47.6; 1 x 32768: 128.3, 165.2;
@@ -114,8 +114,6 @@ FUSED_EXPECTED_CHUNKS = 8
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
-# the inline-planner arguments the partial kernel takes (it has BLOCK_N, HAS_WINDOW, Q_LEN, window... already)
-_PARTIAL_PLAN_ARGS = ("NUM_SMS", "INLINE_PLAN", "BLOCK_B", "LOG2_BLOCK_N", "NUM_CAND", "SATURATION", "OVERHEAD")
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -662,14 +660,8 @@ def launch_plan(
     return plan
 
 
-# the inline-planner arguments of a kernel that reads the plan from PLAN instead (constant, so no recompiles)
-_NO_INLINE_PLAN = dict(
-    stride_sl=0, num_kv_heads=1, NUM_SMS=1, window=0, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4,
-    NUM_CAND=1, SATURATION=1, OVERHEAD=0, HAS_WINDOW=False, Q_LEN=1,
-)  # fmt: skip
-
-
-_NO_INLINE_PARTIAL = {k: _NO_INLINE_PLAN[k] for k in _PARTIAL_PLAN_ARGS}
+# the in-place plan's arguments of a partial kernel that reads the plan from PLAN instead (constant: no recompiles)
+_NO_INLINE_PLAN = dict(NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0)
 
 
 def split_config(
@@ -710,15 +702,12 @@ def inline_block_b(batch: int) -> int:
     return next_power_of_2(batch) if batch <= 2 else max(8, next_power_of_2(batch))
 
 
-def inline_plan_args(cache_seqlens, num_kv_heads, num_sms, block_n, num_cand, features, saturation) -> dict:
-    """Keyword arguments for kernels that compute the planned cut in place (``inline_chunk``): the planner's
-    inputs."""
+def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
+    """The partial kernel's arguments for computing the planned cut in place (``inline_chunk``), beside the lengths,
+    window and BLOCK_N it takes anyway."""
     return dict(
-        SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads, NUM_SMS=num_sms,
-        window=int(features.window_left if features.window_left is not None else 0), INLINE_PLAN=True,
-        BLOCK_B=inline_block_b(cache_seqlens.shape[0]), BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
+        NUM_SMS=num_sms, INLINE_PLAN=True, BLOCK_B=inline_block_b(batch), LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
-        HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len,
     )  # fmt: skip
 
 
@@ -809,7 +798,7 @@ def decode_splitk(
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
-        inline = inline_plan_args(cache_seqlens, num_kv_heads, num_sms, cfg["BLOCK_N"], num_cand, features, saturation)
+        inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
     if fixed or inline:
         # in place: the partial programs publish each sequence's (first chunk, count) in the planner's layout
         plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
@@ -835,7 +824,7 @@ def decode_splitk(
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
-        **({k: inline[k] for k in _PARTIAL_PLAN_ARGS} if inline else _NO_INLINE_PARTIAL),
+        **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
     if combine:
