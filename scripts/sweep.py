@@ -1,6 +1,6 @@
 """Launch-parameter sweep on the GPU: tiles, warps and stages for single-pass and planned split-K, and the
 planner's programs per SM. One line per (row, config) is printed and appended to $OUT/sweep.jsonl as it runs;
-the best per row comes last. Used to fill triton_single.launch_config and triton_splitk.PROGRAMS_PER_SM.
+the best per row comes last. Used to fill triton_common.launch_config and triton_splitk.PLANNER_SATURATION.
 """
 
 import itertools
@@ -24,7 +24,7 @@ ROWS = [
     Row([128], 28, 4), Row([128] * 8, 28, 4),
 ]
 TILES = [(64, 4, 3)]
-# the planner's SATURATION_PER_SM
+# the planner's programs per SM for every tile (SATURATION_PER_SM, with the per-tile PLANNER_SATURATION off)
 PLANS = [2, 4, 8]
 
 
@@ -46,7 +46,7 @@ def main():
             if kind == "single":
                 fn = lambda: decode_single(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             else:
-                triton_splitk.SATURATION_PER_SM = ppsm
+                triton_splitk.PLANNER_SATURATION, triton_splitk.SATURATION_PER_SM = None, ppsm
                 fn = lambda: triton_splitk.decode_splitk(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             try:
                 err = max_err(fn()[0], ref)

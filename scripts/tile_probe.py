@@ -37,6 +37,7 @@ def main():
     l2 = _l2_bytes("cuda")
     table = []
     default_sat = triton_splitk.SATURATION_PER_SM
+    default_table = triton_splitk.PLANNER_SATURATION
     for row in ROWS:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
@@ -46,7 +47,8 @@ def main():
         res = {}
         for (bn, warps, stages), sat in itertools.product(TILES, SATURATIONS):
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
-            triton_splitk.SATURATION_PER_SM = sat
+            # the probe's target for every tile: SATURATION_PER_SM, with the per-tile PLANNER_SATURATION off
+            triton_splitk.PLANNER_SATURATION, triton_splitk.SATURATION_PER_SM = None, sat
             it = itertools.cycle(copies)
 
             def fn():
@@ -60,6 +62,7 @@ def main():
             except Exception as e:  # noqa: BLE001 - a failing variant is reported, the probe goes on
                 print(f"{row.name()} {name} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
         triton_splitk.SATURATION_PER_SM = default_sat
+        triton_splitk.PLANNER_SATURATION = default_table
         if row.batch * row.num_kv_heads >= 256 and not MHA:
             for bn, warps, stages in TILES[:5]:
                 cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
