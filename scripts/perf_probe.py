@@ -1,6 +1,6 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the heads-first partial grid for no tile class, the grouped one, or all, against fixed splits
-and the single pass; earlier: the slot plan (docs/design.md), the planner's target by tile, the combine reading the
+switches buys (here: fewer chunk slots in the planned grid, EXTRA_PROGRAMS_PER_SM, against fixed splits; earlier:
+the heads-first partial grid, the slot plan (docs/design.md), the planner's target by tile, the combine reading the
 published chunk columns, the in-place plan, the fused merge, PDL, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
 torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
@@ -32,10 +32,13 @@ ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("heads_none", dict(PARTIAL_HEADS_FIRST=()), "planned"),
-    ("heads_all", dict(PARTIAL_HEADS_FIRST=("grouped", "mha", "small_group")), "planned"),
+    ("extra6", dict(EXTRA_PROGRAMS_PER_SM=6), "planned"),
+    ("extra5", dict(EXTRA_PROGRAMS_PER_SM=5), "planned"),
+    ("extra4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"),
+    ("extraR", dict(EXTRA_PROGRAMS_PER_SM=None), "planned"),
+    ("extraR_heads_all", dict(EXTRA_PROGRAMS_PER_SM=None, PARTIAL_HEADS_FIRST=("grouped", "mha", "small_group")),
+     "planned"),
     ("fixed", dict(), "fixed"),
-    ("single", dict(), "single"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
@@ -43,7 +46,8 @@ SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
 PROFILED = ()
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
-             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION")}
+             "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
+             "EXTRA_PROGRAMS_PER_SM")}
 
 
 def set_variant(attrs):

@@ -84,7 +84,8 @@ SATURATION_PER_SM = 4
 PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4)
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
 CHUNK_OVERHEAD_TOKENS = 32
-# chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more)
+# chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more); None: the
+# planner's target for the tile (PLANNER_SATURATION)
 EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
@@ -569,10 +570,12 @@ def _combine_kernel(
         tl.store(LSE + seq * num_rows + row, lse)
 
 
-def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
-    """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
-    B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
-    return batch + cdiv(EXTRA_PROGRAMS_PER_SM * num_sms, num_kv_heads)
+def grid_chunks(batch: int, num_kv_heads: int, num_sms: int, saturation: int = SATURATION_PER_SM) -> int:
+    """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM (None: the
+    planner's target, saturation). Sized from B and the SM count, never from the cache's capacity; the planner only
+    picks cuts that fit."""
+    extra = saturation if EXTRA_PROGRAMS_PER_SM is None else EXTRA_PROGRAMS_PER_SM
+    return batch + cdiv(extra * num_sms, num_kv_heads)
 
 
 def num_candidates(max_tokens: int, block_n: int) -> int:
@@ -781,7 +784,7 @@ def decode_splitk(
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
         num_splits = max(1, cdiv(max_tokens, split_tokens))
     if num_splits is None:
-        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms), 0
+        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, saturation), 0
     else:
         chunks, fixed = batch * num_splits, num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
