@@ -1,5 +1,6 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: fewer chunk slots in the planned grid, EXTRA_PROGRAMS_PER_SM, against fixed splits; earlier:
+switches buys (here: the combine's block of chunks and PDL, against fixed splits; earlier: fewer chunk slots
+in the planned grid (EXTRA_PROGRAMS_PER_SM),
 the heads-first partial grid, the slot plan (docs/design.md), the planner's target by tile, the combine reading the
 published chunk columns, the in-place plan, the fused merge, PDL, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
@@ -32,22 +33,19 @@ ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("extra6", dict(EXTRA_PROGRAMS_PER_SM=6), "planned"),
-    ("extra5", dict(EXTRA_PROGRAMS_PER_SM=5), "planned"),
-    ("extra4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"),
-    ("extraR", dict(EXTRA_PROGRAMS_PER_SM=None), "planned"),
-    ("extraR_heads_all", dict(EXTRA_PROGRAMS_PER_SM=None, PARTIAL_HEADS_FIRST=("grouped", "mha", "small_group")),
-     "planned"),
+    ("combine_bs16", dict(COMBINE_BLOCK_S=16), "planned"),
+    ("combine_bs32", dict(COMBINE_BLOCK_S=32), "planned"),
+    ("nopdl", dict(PDL=False), "planned"),
     ("fixed", dict(), "fixed"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
 # variants whose per-kernel GPU time goes to profile.txt
-PROFILED = ()
+PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
 
 
 def set_variant(attrs):

@@ -138,6 +138,9 @@ def test_planner_choices():
     assert per_seq([4096] * 64, 8) == [1] * 64
     ragged = per_seq([131072] + [1024] * 63, 8)
     assert ragged[0] >= 64 and set(ragged[1:]) == {1}
+    # the mean chunk term: 1024-token chunks would give 1528 programs of 1024 tokens (12 per SM), 2048-token ones
+    # 512 of 2048 and 504 of 1024 (the same bytes, fewer programs); costing every chunk at the longest picked 1024
+    assert ragged[0] == 64
 
 
 def test_split_bounds_cover_sequence_on_tile_edges():

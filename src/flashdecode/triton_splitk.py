@@ -140,10 +140,12 @@ def _chunk_layout(
     L_b is the visible length: with a sliding window, the tokens from the window's first one (``window_start``) to
     the end, so a 32k sequence with a 4k window is cut like a 4k one and the pages before the window are never read.
 
-    Candidate chunk sizes C_k = BLOCK_N * 2^k. With P_k = Hkv * sum_b ceil(L_b / C_k) programs on S SMs, an SM runs
-    ceil(P_k / S) of them one after another and needs SATURATION resident ones to reach its share of the bandwidth,
-    so the time is modelled as max(ceil(P_k / S), SATURATION) * (min(C_k, max L) + OVERHEAD). The cheapest feasible
-    candidate (P_k / Hkv <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a compile-time
+    Candidate chunk sizes C_k = BLOCK_N * 2^k. With N_k = sum_b ceil(L_b / C_k) chunks, P_k = Hkv * N_k programs on
+    S SMs, an SM runs ceil(P_k / S) of them one after another, of sum_b L_b / N_k tokens each on average, and needs
+    SATURATION resident ones to reach its share of the bandwidth, so that a chunk of min(C_k, max L) tokens takes a
+    resident set's time: cost_k = max(ceil(P_k / S) * (mean_k + OVERHEAD), SATURATION * (min(C_k, max L) + OVERHEAD))
+    (for a uniform batch cut evenly, max(ceil(P_k / S), SATURATION) * (C_k + OVERHEAD)). The cheapest feasible
+    candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a compile-time
     constant (one per device), so the division by it is a multiply and a shift.
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
     """
@@ -159,7 +161,10 @@ def _chunk_layout(
     per_seq = tl.where(offs_b < batch, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
     count = tl.sum(per_seq, axis=1).to(tl.int64)
     per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
-    cost = tl.maximum(per_sm, SATURATION) * (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
+    # an SM's programs one after another, each of the mean chunk length, or one resident set of the longest chunk
+    mean = tl.cdiv(tl.sum(lens.to(tl.int64), axis=0), tl.maximum(count, 1))
+    longest = (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
+    cost = tl.maximum(per_sm * (mean + OVERHEAD), SATURATION * longest)
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
@@ -615,13 +620,15 @@ def chunk_plan(
     saturation = SATURATION_PER_SM if saturation is None else saturation
     firsts = [visible_start(n, window_left, q_len) for n in seqlens]
     visible = [n - f for n, f in zip(seqlens, firsts)]
-    max_len = max(visible, default=0)
+    max_len, total = max(visible, default=0), sum(visible)
     best = None
     for k in range(num_cand):
         cand = block_n << k
         count = sum(max(cdiv(n, cand), 1) for n in visible)
         per_sm = cdiv(count * num_kv_heads, num_sms)
-        cost = max(per_sm, saturation) * (min(cand, max_len) + CHUNK_OVERHEAD_TOKENS)
+        mean = cdiv(total, max(count, 1))
+        longest = min(cand, max_len) + CHUNK_OVERHEAD_TOKENS
+        cost = max(per_sm * (mean + CHUNK_OVERHEAD_TOKENS), saturation * longest)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
