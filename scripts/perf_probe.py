@@ -1,6 +1,6 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the combine's block of chunks and PDL, against fixed splits; earlier: fewer chunk slots
-in the planned grid (EXTRA_PROGRAMS_PER_SM),
+switches buys (here: the combine planning in place before its PDL wait, and its block of chunks, against fixed
+splits; earlier: fewer chunk slots in the planned grid (EXTRA_PROGRAMS_PER_SM), PDL,
 the heads-first partial grid, the slot plan (docs/design.md), the planner's target by tile, the combine reading the
 published chunk columns, the in-place plan, the fused merge, PDL, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
@@ -33,9 +33,9 @@ ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("combine_bs16", dict(COMBINE_BLOCK_S=16), "planned"),
+    ("published", dict(COMBINE_PLANS_IN_PLACE=False), "planned"),
     ("combine_bs32", dict(COMBINE_BLOCK_S=32), "planned"),
-    ("nopdl", dict(PDL=False), "planned"),
+    ("published_bs32", dict(COMBINE_PLANS_IN_PLACE=False, COMBINE_BLOCK_S=32), "planned"),
     ("fixed", dict(), "fixed"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
@@ -45,7 +45,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "COMBINE_PLANS_IN_PLACE")}
 
 
 def set_variant(attrs):

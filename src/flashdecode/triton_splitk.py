@@ -115,6 +115,9 @@ FUSED_EXPECTED_CHUNKS = 8
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
+# with the in-place plan, the combine programs compute their sequence's (first chunk, count) from the lengths before
+# waiting for the partial kernel (PDL), instead of reading what the partial programs published after it
+COMBINE_PLANS_IN_PLACE = True
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -520,6 +523,20 @@ def _combine_kernel(
     HAS_SINKS: tl.constexpr,
     USE_PDL: tl.constexpr,
     MERGED_MAX: tl.constexpr,
+    SEQLENS,
+    stride_sl,
+    num_kv_heads,
+    window,
+    NUM_SMS: tl.constexpr,
+    INLINE_PLAN: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    LOG2_BLOCK_N: tl.constexpr,
+    NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr,
+    OVERHEAD: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    Q_LEN: tl.constexpr,
 ):
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
     row = tl.program_id(0)
@@ -527,11 +544,21 @@ def _combine_kernel(
     d0 = tl.program_id(2) * BLOCK_DC
     num_rows = tl.num_programs(0)
     head = row % num_q_heads
+    if INLINE_PLAN:
+        # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
+        # that it overlaps the partial kernel's last programs
+        _, _, _, _, first, count = inline_chunk(
+            SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+        )  # fmt: skip
+        if count <= MERGED_MAX:
+            # written by its partial program
+            return
     wait_for_previous(USE_PDL)
     if NUM_SPLITS > 0:
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
-    else:
+    elif not INLINE_PLAN:
         # the planner's per-sequence columns, or (in-place plan) those the partial programs published
         first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
         if count <= MERGED_MAX:
@@ -672,6 +699,10 @@ def launch_plan(
 
 # the in-place plan's arguments of a partial kernel that reads the plan from PLAN instead (constant: no recompiles)
 _NO_INLINE_PLAN = dict(NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0)
+# ...and of a combine kernel, which also takes the lengths and what the partial kernel has anyway
+_NO_COMBINE_PLAN = dict(
+    _NO_INLINE_PLAN, SEQLENS=None, stride_sl=0, num_kv_heads=1, window=0, BLOCK_N=16, HAS_WINDOW=False, Q_LEN=1
+)  # fmt: skip
 
 
 def split_config(
@@ -723,7 +754,7 @@ def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
 
 def launch_combine(
     o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None, merged_max=1,
+    num_sms=None, merged_max=1, inline=None,
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
@@ -749,7 +780,7 @@ def launch_combine(
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
-        USE_PDL=pdl, MERGED_MAX=merged_max,
+        USE_PDL=pdl, MERGED_MAX=merged_max, **(inline or _NO_COMBINE_PLAN),
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
@@ -838,9 +869,15 @@ def decode_splitk(
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
     if combine:
+        combine_plan = None
+        if inline and COMBINE_PLANS_IN_PLACE:
+            combine_plan = dict(
+                inline, SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads,
+                window=fargs["window"], BLOCK_N=cfg["BLOCK_N"], HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
+            )  # fmt: skip
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
-            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1,
+            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
