@@ -1,17 +1,19 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys (here: the combine planning in place before its PDL wait, and its block of chunks, against fixed
-splits; earlier: fewer chunk slots in the planned grid (EXTRA_PROGRAMS_PER_SM), PDL,
-the heads-first partial grid, the slot plan (docs/design.md), the planner's target by tile, the combine reading the
-published chunk columns, the in-place plan, the fused merge, PDL, combine shapes, split tiles).
+switches buys. Set VARIANTS to the switches under test (the last ones: the combine planning in place before its PDL
+wait against reading counts the partial programs published, at 5b7ac97; the combine's block of chunks; fewer chunk
+slots, EXTRA_PROGRAMS_PER_SM; earlier: PDL, the heads-first partial grid, the slot plan (docs/design.md), the
+planner's target by tile, the in-place plan, the fused merge, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
 torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
 
-    python scripts/perf_probe.py            # all rows
+    python scripts/perf_probe.py            # head dim 128 rows
+    python scripts/perf_probe.py deep       # head dim 256 rows (the single pass on every row)
 """
 
 import itertools
 import json
 import os
+import sys
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -29,13 +31,18 @@ ROWS = [
     Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
     Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
 ]  # fmt: skip
+# `perf_probe.py deep`: head dim 256 (the "deep" tile class), where one program fills an SM's shared memory
+DEEP_ROWS = [
+    Row([8192], 32, 8, 256), Row([32768], 32, 8, 256), Row([4096] * 8, 32, 8, 256), Row([4096] * 16, 32, 8, 256),
+    Row([4096] * 32, 32, 8, 256), Row([4096] * 64, 32, 8, 256), Row([16384] * 4, 16, 16, 256),
+]  # fmt: skip
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("published", dict(COMBINE_PLANS_IN_PLACE=False), "planned"),
-    ("combine_bs32", dict(COMBINE_BLOCK_S=32), "planned"),
-    ("published_bs32", dict(COMBINE_PLANS_IN_PLACE=False, COMBINE_BLOCK_S=32), "planned"),
+    ("deep1", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=4, deep=1)), "planned"),
+    ("deep2", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=4, deep=2)), "planned"),
+    ("single", dict(), "single"),
     ("fixed", dict(), "fixed"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
@@ -45,7 +52,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "COMBINE_PLANS_IN_PLACE")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
 
 
 def set_variant(attrs):
@@ -72,13 +79,17 @@ def profile_row(row, fn, log):
 
 
 def main():
+    deep = sys.argv[1:] == ["deep"]
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
     table = []
-    for row in ROWS:
-        c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
+    for row in DEEP_ROWS if deep else ROWS:
+        c = random_paged_case(
+            row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
+        )  # fmt: skip
+        scale = row.head_dim**-0.5
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         results = []
@@ -88,7 +99,7 @@ def main():
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
                 runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
-            elif mode != "single" or row.name() in SINGLE_ROWS:
+            elif mode != "single" or deep or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)
@@ -97,9 +108,9 @@ def main():
 
             def fn():
                 if mode == "single":
-                    return decode_single(*next(it).args, 128**-0.5, out, None, num_sms=sms)
+                    return decode_single(*next(it).args, scale, out, None, num_sms=sms)
                 splits = None if mode == "planned" else mode
-                return triton_splitk.decode_splitk(*next(it).args, 128**-0.5, out, None, num_splits=splits)
+                return triton_splitk.decode_splitk(*next(it).args, scale, out, None, num_splits=splits)
 
             try:
                 err = max_err(fn()[0], ref)

@@ -72,11 +72,13 @@ for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64,
     assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx, extra
 for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATURES)):
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
+COMBINE = dict(NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, USE_PDL=True,
+               MERGED_MAX=64, NUM_SMS=132, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4, NUM_CAND=1,
+               SATURATION=4, OVERHEAD=32, HAS_WINDOW=False, Q_LEN=1)
 for sinks in (False, True):
-    ptx = compile_sm90(triton_splitk._combine_kernel, dict(
-        NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, HAS_SINKS=sinks,
-        USE_PDL=True, MERGED_MAX=64)).asm["ptx"]
-    assert "griddepcontrol.wait" in ptx
+    for inline in ({}, dict(INLINE, BLOCK_N=64, LOG2_BLOCK_N=6, MERGED_MAX=1, HAS_WINDOW=True)):
+        ptx = compile_sm90(triton_splitk._combine_kernel, {**COMBINE, **inline, "HAS_SINKS": sinks}).asm["ptx"]
+        assert "griddepcontrol.wait" in ptx
 print("compiled")
 """
 

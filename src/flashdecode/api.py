@@ -2,9 +2,9 @@
 
 The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, ``torch_sdpa``. Otherwise the Triton
 kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1). Otherwise single-pass when the
-sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens, or when B * Hkv alone gives every SM
-``triton_splitk.SATURATION_PER_SM`` programs (splitting then only adds the planner and combine launches, unless the
-lengths are very uneven: a known trade-off, docs/design.md); everything else runs ``triton_splitk`` planned on the
+sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens, or when B * Hkv alone gives every SM as many programs
+as the planner aims at for the call's tile (``triton_splitk.planner_target``: splitting then only adds the planner
+and combine launches, unless the lengths are very uneven: a known trade-off, docs/design.md); everything else runs ``triton_splitk`` planned on the
 device from the lengths. The choice reads shapes only: no host sync.
 """
 
@@ -181,8 +181,12 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     if num_splits is not None:
         return ("triton" if num_splits == 1 else "triton_splitk"), num_splits
     max_tokens = block_table.shape[1] * k_cache.shape[1]
-    programs = q.shape[0] * k_cache.shape[2]
-    full = programs >= splitk.SATURATION_PER_SM * _num_sms(q.device)
+    batch, num_kv_heads = q.shape[0], k_cache.shape[2]
+    q_len = q.shape[1] if q.dim() == 4 else 1
+    target = splitk.planner_target(
+        q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads
+    )  # fmt: skip
+    full = batch * num_kv_heads >= target * _num_sms(q.device)
     if max_tokens <= SINGLE_PASS_MAX_TOKENS or full or q.shape[0] > splitk.MAX_PLANNED_BATCH:
         return "triton", 1
     return "triton_splitk", None

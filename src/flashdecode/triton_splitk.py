@@ -41,6 +41,7 @@ blocks), not launched when the merge is fused and the table cannot hold a longer
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -80,8 +81,9 @@ SATURATION_PER_SM = 4
 # "grouped": groups >= 4: fixed splits did as well with 256 programs as with 512 (8 x 2048 28/4 14.7 and 14.8;
 #   16 x 4096 12/2 23.9 and 23.6; 64 x 1024 12/2 23.2 and 24.7), but the planned path with a target of 2 lost
 #   (4345621: 8 x 2048 28/4 17.9 -> 21.5, 64 x 1024 12/2 25.6 -> 32.2, 16 x 4096 12/2 27.1 -> 30.2): 4 kept.
+# "deep": head dims above 128, whose tiles (64 tokens x 256 columns x 2 stages) leave room for one program per SM
 # None: SATURATION_PER_SM for every tile (measurements)
-PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4)
+PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=4)
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
 CHUNK_OVERHEAD_TOKENS = 32
 # chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more); None: the
@@ -115,9 +117,6 @@ FUSED_EXPECTED_CHUNKS = 8
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
-# with the in-place plan, the combine programs compute their sequence's (first chunk, count) from the lengths before
-# waiting for the partial kernel (PDL), instead of reading what the partial programs published after it
-COMBINE_PLANS_IN_PLACE = True
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -127,7 +126,7 @@ MERGE_UNROLL = 2
 # perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
 # 199.4 and 204.6 -> 202.6, the other grouped rows within 0.4; but the mha rows at 384 programs 100.7 -> 102.5
 # (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384)
-PARTIAL_HEADS_FIRST = ("grouped",)
+PARTIAL_HEADS_FIRST = ("grouped", "deep")
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -461,16 +460,11 @@ def _partial_kernel(
     let_next_start(USE_PDL)
 
     if INLINE_PLAN:
-        seq, seqlen, start, end, first, count = inline_chunk(
+        seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
         )  # fmt: skip
         single = count == 1
-        # publish the sequence's (first chunk, count) in the planner's per-sequence columns of PLAN, so that the
-        # combine (which waits for this grid) reads two numbers instead of planning again
-        if chunk_id == first and head_id == 0 and seq < batch:
-            tl.store(PLAN + max_chunks + seq, first)
-            tl.store(PLAN + 2 * max_chunks + batch + seq, count)
     else:
         seq, seqlen, start, end, single = locate_chunk(
             PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
@@ -559,7 +553,7 @@ def _combine_kernel(
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
     elif not INLINE_PLAN:
-        # the planner's per-sequence columns, or (in-place plan) those the partial programs published
+        # the planner's per-sequence columns
         first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
         if count <= MERGED_MAX:
             # written by its partial program (one chunk, or merged there: merge_if_last)
@@ -712,9 +706,9 @@ def split_config(
 
     The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks), and
     with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
-    planner's target comes from PLANNER_SATURATION by tile class: "grouped" (q_len x group >= 4), "small_group"
-    (the split tile above) or "mha" (the 128-token tile of the other small groups); the planned grid puts a chunk's
-    KV heads together for the classes in PARTIAL_HEADS_FIRST."""
+    planner's target comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "grouped"
+    (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other small
+    groups); the planned grid puts a chunk's KV heads together for the classes in PARTIAL_HEADS_FIRST."""
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
@@ -722,7 +716,15 @@ def split_config(
     if small:
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     tile = "grouped" if q_len * group >= 4 else ("small_group" if small else "mha")
+    tile = "deep" if cfg["BLOCK_D"] > 128 else tile
     return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile in PARTIAL_HEADS_FIRST
+
+
+@functools.lru_cache(maxsize=256)
+def planner_target(head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int) -> int:
+    """The planner's programs per SM for these shapes (``split_config``): with B * Hkv at least that many per SM, a
+    uniform batch is never split (halving a chunk doubles the programs), so ``auto`` runs the single pass."""
+    return split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)[1]
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
@@ -764,8 +766,10 @@ def launch_combine(
     COMBINE_WIDE blocks. merged_max (planned mode): sequences of at most this many chunks were written by their
     partial programs (1: single-chunk ones; FUSED_MAX_CHUNKS with the fused merge) and are skipped. In the planned
     mode the combine reads each sequence's (first chunk, count) from the plan's per-sequence columns, which the
-    planner wrote or, with the in-place plan, the partial programs published (H200, against computing the cut again
-    in every combine program: 1 x 65536 12/2 32.0 -> 28.0 us, perf_probe at 4345621)."""
+    planner wrote; inline (``inline_plan_args`` plus the lengths, for the in-place plan): it computes them from the
+    lengths before its PDL wait, overlapping the partial kernel's last programs (H200, perf_probe at 5b7ac97, against
+    reading counts the partial programs published: 8 x 2048 28/4 18.9 -> 17.6 us, 16 x 4096 12/2 28.2 -> 26.1,
+    16 x 4096 12/12 102.8 -> 100.7; computing them after the wait had cost 1 x 65536 12/2 4 us, probe 4345621)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -841,8 +845,8 @@ def decode_splitk(
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
     if fixed or inline:
-        # in place: the partial programs publish each sequence's (first chunk, count) in the planner's layout
-        plan = torch.empty(4, chunks + batch, dtype=torch.int32, device=q.device)
+        # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
+        plan = torch.empty(1, dtype=torch.int32, device=q.device)
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
@@ -870,7 +874,7 @@ def decode_splitk(
     )  # fmt: skip
     if combine:
         combine_plan = None
-        if inline and COMBINE_PLANS_IN_PLACE:
+        if inline:
             combine_plan = dict(
                 inline, SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads,
                 window=fargs["window"], BLOCK_N=cfg["BLOCK_N"], HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
