@@ -178,6 +178,27 @@ def test_auto_rule(device, monkeypatch):
     assert calls == [("triton_splitk", None), ("triton", 1), ("triton", 1)]
 
 
+def test_auto_single_pass_threshold_is_the_tiles_planner_target(monkeypatch):
+    """auto runs the single pass once B * Hkv reaches the planner's target for the call's tile times the SMs: 2 per SM
+    for head dim 256 ("deep": one 128 KB tile per SM), 4 for the grouped head-dim-128 tile."""
+    import flashdecode.api as api
+    from flashdecode import triton_common
+    from flashdecode.triton_splitk import PLANNER_SATURATION, planner_target
+
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
+    monkeypatch.setattr(triton_common, "interpreting", lambda: True)
+    assert planner_target(256, 4, torch.bfloat16, 1, 2, 2) == PLANNER_SATURATION["deep"] == 2
+    assert planner_target(128, 4, torch.bfloat16, 1, 2, 2) == PLANNER_SATURATION["grouped"] == 4
+
+    def choice(batch, head_dim):
+        q = torch.empty(batch, 8, head_dim, device="meta", dtype=torch.bfloat16)
+        k = torch.empty(100, 16, 2, head_dim, device="meta", dtype=torch.bfloat16)
+        return api._choose_backend("auto", None, q, k, torch.empty(batch, 50, device="meta", dtype=torch.int32))[0]
+
+    assert [choice(b, 256) for b in (3, 4)] == ["triton_splitk", "triton"]
+    assert [choice(b, 128) for b in (4, 7, 8)] == ["triton_splitk", "triton_splitk", "triton"]
+
+
 def test_auto_planner_reads_no_values():
     """The split choice uses shapes only: it runs on meta tensors, which have no values to read."""
     from flashdecode.api import _choose_backend
