@@ -40,10 +40,9 @@ DEEP_ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("deep1", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=4, deep=1)), "planned"),
-    ("deep2", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=4, deep=2)), "planned"),
-    ("single", dict(), "single"),
+    ("grouped2", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=2, deep=2)), "planned"),
     ("fixed", dict(), "fixed"),
+    ("rule_again", dict(), "planned"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
