@@ -82,7 +82,7 @@ SATURATION_PER_SM = 4
 #   16 x 4096 12/2 23.9 and 23.6; 64 x 1024 12/2 23.2 and 24.7), but the planned path with a target of 2 lost
 #   (4345621: 8 x 2048 28/4 17.9 -> 21.5, 64 x 1024 12/2 25.6 -> 32.2, 16 x 4096 12/2 27.1 -> 30.2): 4 kept.
 # "deep": head dims above 128, whose 64-token x 256-column tiles at 2 stages take 128 KB of shared memory: one
-#   program per SM at a time. Probe 3ed6c37 (32/8 heads, D 256; targets 4 / 2 / 1): 1 x 32768 79.4 / 76.3 / 120.9,
+#   program per SM at a time. Probe aaf3616 (32/8 heads, D 256; targets 4 / 2 / 1): 1 x 32768 79.4 / 76.3 / 120.9,
 #   8 x 4096 82.0 / 78.3 / 120.3, 16 x 4096 149.3 / 148.1 / 233.5, 1 x 8192 28.1 / 27.1 / 37.4 (one resident program
 #   does not stream alone); and with 2 the batches of >= 2 programs per SM go to the single pass (auto), which took
 #   64 x 4096 520.0 against 542.6 planned
