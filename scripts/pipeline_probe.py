@@ -5,6 +5,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py base
     PYTHONPATH=<patched tree>/src python scripts/pipeline_probe.py prefetch
     python scripts/pipeline_probe.py dims   # head_dim 64 and 256 tiles (64 x 4096 32/8), page ids prefetched or not
+    python scripts/pipeline_probe.py fp8    # tiles for an fp8 cache (e4m3 / e5m2), against the bf16 default
 """
 
 import itertools
@@ -17,10 +18,11 @@ from triton.testing import do_bench_cudagraph
 
 import flashdecode
 from flashdecode import triton_splitk
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
+from flashdecode.triton_common import Features
 from flashdecode.triton_single import decode_single
 
 GQA = [(64, 4, 3), (64, 4, 2), (32, 4, 3), (32, 4, 4), (64, 4, 4)]
@@ -48,9 +50,19 @@ DIM_ROWS = [
 ]  # fmt: skip
 
 
+# fp8 cache rows (scales as the benchmark's fp8 preset); None: the bf16 cache with its default tile, for scale
+FP8 = [(64, 4, 3, False), (64, 4, 3, True), (32, 4, 3, True), (128, 4, 3, True), (128, 4, 2, False), (128, 8, 3, True),
+       (64, 4, 4, True), (128, 4, 4, True), (256, 8, 2, False)]  # fmt: skip
+FP8_ROWS = [
+    (Row([4096] * 64, 32, 8), "single", [None]), (Row([4096] * 64, 32, 8, kv_dtype="e4m3"), "single", FP8),
+    (Row([4096] * 64, 32, 8, kv_dtype="e5m2"), "single", FP8),
+    (Row([65536], 12, 2), "split", [None]), (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8),
+]  # fmt: skip
+
+
 def main():
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
-    rows = DIM_ROWS if tag == "dims" else ROWS
+    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS}.get(tag, ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
     print(f"flashdecode from {os.path.dirname(flashdecode.__file__)}", flush=True)
@@ -59,23 +71,33 @@ def main():
     for row, mode, tiles in rows:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
-        ref, _ = reference_dense(*c.args, device="cuda")
+        features = Features()
+        if row.kv_dtype:
+            fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[row.kv_dtype]
+            c.k_cache = (c.k_cache.float() / FP8_K_SCALE).to(fp8)
+            c.v_cache = (c.v_cache.float() / FP8_V_SCALE).to(fp8)
+            features = Features(kv_fp8=True, k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
+            ref, _ = reference_dense(c.q, c.k_cache.float() * FP8_K_SCALE, c.v_cache.float() * FP8_V_SCALE,
+                                     *c.args[3:], device="cuda")  # fmt: skip
+        else:
+            ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         out = torch.empty_like(c.q)
         res = {}
         scale = row.head_dim**-0.5
-        for bn, warps, stages, *prefetch in tiles:
-            cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
+        for tile in tiles:
+            bn, warps, stages, *prefetch = tile or (0, 0, 0)
+            cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages) if tile else {}
             if prefetch:
                 cfg["PREFETCH_PAGES"] = prefetch[0]
             it = itertools.cycle(copies)
             if mode == "split":
                 def fn():
-                    return triton_splitk.decode_splitk(*next(it).args, scale, out, None, config=cfg)
+                    return triton_splitk.decode_splitk(*next(it).args, scale, out, None, config=cfg, features=features)
             else:
                 def fn():
-                    return decode_single(*next(it).args, scale, out, None, config=cfg)
-            name = f"{bn}/{warps}/{stages}" + ("/p" if prefetch and prefetch[0] else "")
+                    return decode_single(*next(it).args, scale, out, None, config=cfg, features=features)
+            name = (f"{bn}/{warps}/{stages}" + ("/p" if prefetch and prefetch[0] else "")) if tile else "default"
             try:
                 err = max_err(fn()[0], ref)
                 assert err < 0.05, f"wrong: err {err}"
