@@ -57,12 +57,16 @@ def test_large_groups_use_head_blocks():
         for dtype in (torch.bfloat16, torch.float16):
             cfg = launch_config(d, 4, dtype)
             assert (cfg["BLOCK_N"], cfg["num_stages"], cfg["num_warps"], cfg["PREFETCH_PAGES"]) == (*expect, False)
-    short = launch_config(128, 8, torch.bfloat16)
-    assert (short["BLOCK_N"], short["num_stages"], short["PREFETCH_PAGES"]) == (32, 3, True)
-    for cfg in (launch_config(128, 8, torch.bfloat16, prefetch=False), launch_config(128, 8, torch.float16, 1, 1),
+    # ...and the single pass at head_dim 256 (SINGLE_PASS_HEAD_DIM_TILES): 3 stages with the page ids a tile ahead
+    deep = launch_config(256, 4, torch.bfloat16, single=True)
+    assert (deep["BLOCK_N"], deep["num_stages"], deep["num_warps"], deep["PREFETCH_PAGES"]) == (64, 3, 8, True)
+    # the prefetching 32-token tile, in a 16-bit and in an fp8 cache (kv_itemsize 1)
+    for short in (launch_config(128, 8, torch.bfloat16), launch_config(128, 8, torch.float16, 1, 1)):
+        assert (short["BLOCK_N"], short["num_stages"], short["PREFETCH_PAGES"]) == (32, 3, True)
+    for cfg in (launch_config(128, 8, torch.bfloat16, prefetch=False), launch_config(256, 8, torch.float16, 1, 1),
                 launch_config(128, 8, torch.bfloat16, 2), launch_config(64, 8, torch.bfloat16),
                 launch_config(128, 2, torch.bfloat16), launch_config(128, 32, torch.bfloat16)):
-        assert not cfg["PREFETCH_PAGES"] and cfg["BLOCK_N"] in (64, 128), cfg
+        assert not cfg["PREFETCH_PAGES"] and cfg["BLOCK_N"] in (32, 64, 128), cfg
 
 
 def _heads(hq, seed):

@@ -112,7 +112,9 @@ WIDE_TILE = 32 * 128
 # per SM. H200 (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single
 # pass 8 x 128 28/4 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7;
 # split-K 1 x 2048 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's)
-# lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. None: off
+# lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. An fp8 cache takes it too (pipeline_probe fp8 at
+# dba0677, against the 64-token tile without the prefetch: 64 x 4096 32/8 single pass e4m3 347.6 -> 270.0, e5m2
+# 298.8 -> 269.8; split-K 1 x 65536 12/2 e4m3 29.4 -> 24.8; bf16 242.1 and 24.0). None: off
 PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 64-token tiles: occupancy
 # (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
@@ -125,21 +127,27 @@ PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
 # 32 tokens, 4 warps, 3 stages 653.5 / 648.5 / 30.2 (64 tokens, 8 warps, 3 stages with the prefetch: 503.6 / 529.4 /
 # 35.6). {BLOCK_D: overrides}; an empty dict: off
 HEAD_DIM_TILES = {64: dict(BLOCK_N=128, num_stages=2), 256: dict(BLOCK_N=64, num_stages=2, num_warps=8)}
+# ...and the single pass at head_dim 256 a third stage with the page ids one tile ahead (192 KB, one program per SM):
+# 64 x 4096 32/8 512.2 -> 503.6 (ed7a875) and 512.3 -> 502.5 (dba0677); the split-K rows lose with it (1 x 8192 32/8
+# 28.6 -> 35.6, 26.5 -> 31.3)
+SINGLE_PASS_HEAD_DIM_TILES = {256: dict(BLOCK_N=64, num_stages=3, num_warps=8, PREFETCH_PAGES=True)}
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
 
 
 def launch_config(
-    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True
+    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True,
+    single: bool = False,
 ) -> dict:  # fmt: skip
     """A fresh copy of ``_launch_config`` (cached: launchers update their copy)."""
-    return dict(_launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch))
+    return dict(_launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch, single))
 
 
 @functools.lru_cache(maxsize=256)
 def _launch_config(
-    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True
+    head_dim: int, group: int, dtype, q_len: int = 1, kv_itemsize: int | None = None, prefetch: bool = True,
+    single: bool = False,
 ) -> dict:  # fmt: skip
     """Tile sizes, warps and stages for one (head_dim, rows, dtype): one small table, no per-call autotuning.
 
@@ -154,9 +162,10 @@ def _launch_config(
     each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
-    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit cache: the
-    measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``. The split-K launcher passes
-    False when its chunks are long (the fused merge's batches).
+    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit or fp8 cache: the
+    measured cases); the same calls at head_dim 64 and 256 in a 16-bit cache take ``HEAD_DIM_TILES``, and
+    ``SINGLE_PASS_HEAD_DIM_TILES`` over them for the single pass (single). The split-K launcher passes False when its
+    chunks are long (the fused merge's batches).
     """
     import torch
 
@@ -180,11 +189,13 @@ def _launch_config(
         num_warps=8 if block_h * block_d > WIDE_TILE else 4,
         num_stages=stages,
     )
-    if q_len == 1 and 4 <= group <= 16 and itemsize == 2:
+    if q_len == 1 and 4 <= group <= 16 and itemsize <= 2:
         if prefetch and PREFETCH_TILE and block_d == 128:
             cfg.update(PREFETCH_TILE)
-        elif block_d in HEAD_DIM_TILES:
+        elif block_d in HEAD_DIM_TILES and itemsize == 2:
             cfg.update(HEAD_DIM_TILES[block_d])
+            if single:
+                cfg.update(SINGLE_PASS_HEAD_DIM_TILES.get(block_d, {}))
     return cfg
 
 

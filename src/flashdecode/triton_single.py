@@ -140,7 +140,7 @@ def decode_single(
     features = features or PLAIN
     assert features.q_len == q_len, f"features.q_len {features.q_len} != q's q_len {q_len}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
-    cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size())
+    cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), single=True)
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and num_sms and batch * num_kv_heads * head_blocks <= num_sms:
         cfg.update(PREFETCH_ONE_WAVE_TILE)
