@@ -8,6 +8,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
 
     python scripts/perf_probe.py            # head dim 128 rows
     python scripts/perf_probe.py deep       # head dim 256 rows (the single pass on every row)
+    python scripts/perf_probe.py fused      # the fused merge's rows
 """
 
 import itertools
@@ -31,6 +32,11 @@ ROWS = [
     Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
     Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
 ]  # fmt: skip
+# `perf_probe.py fused`: the fused merge's rows, where the planner mostly keeps one chunk per sequence
+FUSED_ROWS = [
+    Row([4096] * 64, 32, 8), Row([3064] * 64, 32, 8), Row([131072] + [1024] * 63, 32, 8), Row([256] * 256, 12, 2),
+    Row([1024] * 64, 12, 2), Row([1024] * 16, 32, 8), Row([4096] * 16, 12, 12),
+]  # fmt: skip
 # `perf_probe.py deep`: head dim 256 (the "deep" tile class), where one program fills an SM's shared memory
 DEEP_ROWS = [
     Row([8192], 32, 8, 256), Row([32768], 32, 8, 256), Row([4096] * 8, 32, 8, 256), Row([4096] * 16, 32, 8, 256),
@@ -40,18 +46,18 @@ DEEP_ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("grouped2", dict(PLANNER_SATURATION=dict(mha=3, small_group=4, grouped=2, deep=2)), "planned"),
-    ("fixed", dict(), "fixed"),
-    ("rule_again", dict(), "planned"),
+    ("fused_prefetch", dict(FUSED_PREFETCH=True), "planned"),
+    ("extra4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"),
+    ("single", dict(), "single"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
-SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8"}
+SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8", "64x1024 12/2", "16x1024 32/8"}
 # variants whose per-kernel GPU time goes to profile.txt
 PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "FUSED_PREFETCH")}
 
 
 def set_variant(attrs):
@@ -79,12 +85,13 @@ def profile_row(row, fn, log):
 
 def main():
     deep = sys.argv[1:] == ["deep"]
+    fused = sys.argv[1:] == ["fused"]
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
     table = []
-    for row in DEEP_ROWS if deep else ROWS:
+    for row in DEEP_ROWS if deep else (FUSED_ROWS if fused else ROWS):
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
         )  # fmt: skip
