@@ -46,7 +46,6 @@ DEEP_ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("fused_prefetch", dict(FUSED_PREFETCH=True), "planned"),
     ("extra4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"),
     ("single", dict(), "single"),
 ]
@@ -57,7 +56,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "FUSED_PREFETCH")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
 
 
 def set_variant(attrs):

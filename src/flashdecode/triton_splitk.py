@@ -118,9 +118,6 @@ FUSED_MAX_CHUNKS = 64
 # 16 x 4096 12/2 28.1 -> 26.9 us, 8 x 2048 28/4 20.5 -> 18.8, 12 x 2048 12/2 23.1 -> 18.4, 5 x 8192 28/4
 # 40.6 -> 35.6; but 16 x 1024 32/8 (4 chunks each) 26.6 -> 31.3
 FUSED_EXPECTED_CHUNKS = 8
-# the fused merge's calls take the prefetching short tile too (launch_config's PREFETCH_TILE); False: the 64-token
-# tile, as measured at its introduction (256 x 256 12/2 23.2 -> 24.9 us with the short tile)
-FUSED_PREFETCH = False
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
@@ -711,12 +708,13 @@ def split_config(
 ) -> tuple[dict, int, bool]:  # fmt: skip
     """(partial kernel launch config, programs per SM the planner aims at, heads-first grid) for one call's shapes.
 
-    The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks), and
-    with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
+    The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks) in a
+    16-bit cache (H200 probe 0ce6c31, fused rows with it: 64 x 4096 32/8 247.6 -> 265.6 us, 256 x 256 12/2 24.7 ->
+    25.8), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
     planner's target comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "grouped"
     (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other small
     groups); the planned grid puts a chunk's KV heads together for the classes in PARTIAL_HEADS_FIRST."""
-    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused or FUSED_PREFETCH)
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused or kv_itemsize == 1)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
     small = small and row_bytes & (row_bytes - 1) == 0
