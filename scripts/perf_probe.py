@@ -46,8 +46,11 @@ DEEP_ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("extra4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"),
-    ("single", dict(), "single"),
+    ("wide64", dict(COMBINE_WIDE=(64, 4)), "planned"),
+    ("wide32", dict(COMBINE_WIDE=(32, 4)), "planned"),
+    ("wide_off", dict(COMBINE_WIDE=None), "planned"),
+    ("fixed", dict(), "fixed"),
+    ("rule_again", dict(), "planned"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8", "64x1024 12/2", "16x1024 32/8"}
