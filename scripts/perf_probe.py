@@ -46,10 +46,11 @@ DEEP_ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("linear", dict(INLINE_LINEAR_ORDER=("mha", "small_group", "grouped", "deep")), "planned"),
+    ("wide64", dict(COMBINE_WIDE=(64, 4)), "planned"),
+    ("wide32", dict(COMBINE_WIDE=(32, 4)), "planned"),
+    ("wide_off", dict(COMBINE_WIDE=None), "planned"),
     ("fixed", dict(), "fixed"),
     ("rule_again", dict(), "planned"),
-    ("linear_again", dict(INLINE_LINEAR_ORDER=("mha", "small_group", "grouped", "deep")), "planned"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8", "64x1024 12/2", "16x1024 32/8"}
@@ -58,7 +59,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "INLINE_LINEAR_ORDER")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
 
 
 def set_variant(attrs):

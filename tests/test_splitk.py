@@ -57,21 +57,16 @@ def test_partials_match_mirror_fixed_splits(device):
 
 
 @pytest.mark.parametrize(
-    "num_sms,inline_max,combine,linear",
-    [(8, 16, False, False), (64, 16, True, False), (64, 16, True, True), (64, 0, True, False)],
-    ids=["fused", "inline", "inline-linear", "planner"],
+    "num_sms,inline_max,combine", [(8, 16, False), (64, 16, True), (64, 0, True)], ids=["fused", "inline", "planner"]
 )
-def test_partials_match_mirror_planned(num_sms, inline_max, combine, linear, device, monkeypatch):
+def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, monkeypatch):
     """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
     single-chunk sequences go straight to the output. Three ways to run the cut: B * Hq >= #SMs merges in the
     partial kernel (planner kernel, no combine launch); fewer pairs with a small batch plan in place (no planner
-    launch: ``inline_chunk``), in the grid's linear order or not (``INLINE_LINEAR_ORDER``); or the planner kernel
-    and the combine (INLINE_PLAN_MAX_BATCH = 0)."""
+    launch: ``inline_chunk``); or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0)."""
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
-    every_tile = ("mha", "small_group", "grouped", "deep")
-    monkeypatch.setattr(triton_splitk, "INLINE_LINEAR_ORDER", every_tile if linear else ())
     launched = {"plan": 0, "combine": 0}
     for name in launched:
         real = getattr(triton_splitk, f"launch_{name}")
@@ -93,17 +88,14 @@ def test_partials_match_mirror_planned(num_sms, inline_max, combine, linear, dev
     assert launched == {"plan": int(inline_max == 0 or not combine), "combine": int(combine)}
 
 
-@pytest.mark.parametrize(
-    "inline_max,linear", [(16, False), (16, True), (0, False)], ids=["inline", "inline-linear", "planner"]
-)
-def test_mha_tile_target_reaches_the_cut(inline_max, linear, device, monkeypatch):
+@pytest.mark.parametrize("inline_max", [16, 0], ids=["inline", "planner"])
+def test_mha_tile_target_reaches_the_cut(inline_max, device, monkeypatch):
     """The planner's target by tile (``PLANNER_SATURATION``) is the one the kernels cut with: MHA with 3 KV heads of
     768-byte rows (the "mha" tile, 3 programs per SM) cuts the mirror's 27 chunks with a target of 3, not the 52 of
     the default 4, whether the partial programs plan in place or read the planner kernel's cut."""
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
-    monkeypatch.setattr(triton_splitk, "INLINE_LINEAR_ORDER", ("mha",) if linear else ())
     lens = [3, 700, 20, 0, 64]
     c = case(lens, 3, 3, 64, 16, torch.float32, device, seed=17)
     out = torch.full_like(c.q, float("nan"))

@@ -131,9 +131,6 @@ MERGE_UNROLL = 2
 # 199.4 and 204.6 -> 202.6, the other grouped rows within 0.4; but the mha rows at 384 programs 100.7 -> 102.5
 # (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384)
 PARTIAL_HEADS_FIRST = ("grouped", "deep")
-# tile classes whose in-place-planned partial grid takes the linear order (inline_chunk's LINEAR): busy programs
-# first in the fixed mode's order, unused slots last (measurements: () keeps HEADS_FIRST / (chunks, heads))
-INLINE_LINEAR_ORDER = ()
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -224,35 +221,23 @@ def inline_chunk(
     SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    num_head_ids=1, LINEAR: tl.constexpr = False,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
-    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count, chunk_id, head id), exactly what
-    _plan_kernel writes; an unused slot has seq = B (and seqlen 0).
-
-    LINEAR: chunk_id is a program's linear index in a (chunk slots x num_head_ids) grid counted chunk-fastest, and
-    program i takes chunk i % N of head i // N, N being the cut's chunk count: the busy programs come first, in the
-    fixed mode's order, and the unused ones after them (head id >= num_head_ids, seq = B)."""
+    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
+    writes; an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
     )  # fmt: skip
-    head_id = chunk_id * 0
-    if LINEAR:
-        total = tl.sum(n, axis=0)
-        head_id = chunk_id // total
-        chunk_id = chunk_id % total
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
-    if LINEAR:
-        seq = tl.where(head_id < num_head_ids, seq, batch)
     pick = offs_b == seq
     first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
     count = tl.sum(tl.where(pick, n, 0), axis=0)
     # from the lengths already in registers: a second global load would sit on every program's critical path
     seqlen = tl.sum(tl.where(pick, seqlens, 0), axis=0)
     start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (chunk_id - first) * chunk
-    return seq, seqlen, start, tl.minimum(start + chunk, seqlen), first, count, chunk_id, head_id
+    return seq, seqlen, start, tl.minimum(start + chunk, seqlen), first, count
 
 
 @triton.jit
@@ -461,11 +446,9 @@ def _partial_kernel(
     NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr,
     OVERHEAD: tl.constexpr,
-    LINEAR_ORDER: tl.constexpr,
 ):
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
-    # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks); LINEAR_ORDER (in-place plan):
-    # (chunks, Hkv * head blocks) counted as one linear index, the busy programs first (inline_chunk)
+    # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
     if HEADS_FIRST:
         chunk_id = tl.program_id(1)
         head_id = tl.program_id(0)
@@ -474,20 +457,17 @@ def _partial_kernel(
         chunk_id = tl.program_id(0)
         head_id = tl.program_id(1)
         num_head_ids = tl.num_programs(1)
+    kv_head = head_id // HEAD_BLOCKS
+    head_block = head_id % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
 
     if INLINE_PLAN:
-        if LINEAR_ORDER:
-            chunk_id = tl.program_id(0) + tl.program_id(1) * tl.num_programs(0)
-        seq, seqlen, start, end, _, count, chunk_id, linear_head = inline_chunk(
+        seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, num_head_ids,
-            LINEAR_ORDER,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
         )  # fmt: skip
-        if LINEAR_ORDER:
-            head_id = linear_head
         single = count == 1
     else:
         seq, seqlen, start, end, single = locate_chunk(
@@ -496,8 +476,6 @@ def _partial_kernel(
         )  # fmt: skip
     if seq >= batch:
         return
-    kv_head = head_id // HEAD_BLOCKS
-    head_block = head_id % HEAD_BLOCKS
     seq = seq.to(tl.int64)
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
@@ -567,7 +545,7 @@ def _combine_kernel(
     if INLINE_PLAN:
         # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
         # that it overlaps the partial kernel's last programs
-        _, _, _, _, first, count, _, _ = inline_chunk(
+        _, _, _, _, first, count = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
         )  # fmt: skip
@@ -718,28 +696,24 @@ def launch_plan(
 
 
 # the in-place plan's arguments of a partial kernel that reads the plan from PLAN instead (constant: no recompiles)
-_NO_INLINE_PLAN = dict(
-    NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0, LINEAR_ORDER=False
-)  # fmt: skip
+_NO_INLINE_PLAN = dict(NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0)
 # ...and of a combine kernel, which also takes the lengths and what the partial kernel has anyway
 _NO_COMBINE_PLAN = dict(
-    {k: v for k, v in _NO_INLINE_PLAN.items() if k != "LINEAR_ORDER"}, SEQLENS=None, stride_sl=0, num_kv_heads=1,
-    window=0, BLOCK_N=16, HAS_WINDOW=False, Q_LEN=1,
+    _NO_INLINE_PLAN, SEQLENS=None, stride_sl=0, num_kv_heads=1, window=0, BLOCK_N=16, HAS_WINDOW=False, Q_LEN=1
 )  # fmt: skip
 
 
 def split_config(
     head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, fused: bool
-) -> tuple[dict, int, str]:  # fmt: skip
-    """(partial kernel launch config, programs per SM the planner aims at, tile class) for one call's shapes.
+) -> tuple[dict, int, bool]:  # fmt: skip
+    """(partial kernel launch config, programs per SM the planner aims at, heads-first grid) for one call's shapes.
 
     The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks) in a
     16-bit cache (H200 probe 0ce6c31, fused rows with it: 64 x 4096 32/8 247.6 -> 265.6 us, 256 x 256 12/2 24.7 ->
     25.8), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
     planner's target comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "grouped"
     (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other small
-    groups); the planned grid puts a chunk's KV heads together for the classes in PARTIAL_HEADS_FIRST, and the
-    in-place plan's grid takes the linear order for those in INLINE_LINEAR_ORDER."""
+    groups); the planned grid puts a chunk's KV heads together for the classes in PARTIAL_HEADS_FIRST."""
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused or kv_itemsize == 1)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
@@ -748,7 +722,7 @@ def split_config(
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     tile = "grouped" if q_len * group >= 4 else ("small_group" if small else "mha")
     tile = "deep" if cfg["BLOCK_D"] > 128 else tile
-    return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile
+    return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile in PARTIAL_HEADS_FIRST
 
 
 @functools.lru_cache(maxsize=256)
@@ -847,7 +821,7 @@ def decode_splitk(
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     fused = num_splits is None and not split_tokens
     fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
-    cfg, saturation, tile = split_config(
+    cfg, saturation, heads_first = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused
     )  # fmt: skip
     cfg.update(config or {})
@@ -885,10 +859,8 @@ def decode_splitk(
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    # the in-place plan's linear order, or heads first (planned grids have at most B + 8 * SMs / Hkv chunk slots,
-    # within grid dim 1's 65535; fixed ones may not)
-    linear = bool(inline) and tile in INLINE_LINEAR_ORDER
-    heads_first = tile in PARTIAL_HEADS_FIRST and not fixed and not linear
+    # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
+    heads_first = heads_first and not fixed
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     _partial_kernel[grid](
         q4, k_cache, v_cache, cache_seqlens, block_table, plan, plan if counters is None else counters, o_part,
@@ -902,7 +874,7 @@ def decode_splitk(
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
-        **(dict(inline, LINEAR_ORDER=linear) if inline else _NO_INLINE_PLAN),
+        **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
     if combine:
