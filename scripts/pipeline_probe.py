@@ -17,7 +17,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 import flashdecode
-from flashdecode import triton_splitk
+from flashdecode import triton_common, triton_splitk
 from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
@@ -62,7 +62,11 @@ FP8_ROWS = [
 
 def main():
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
-    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS}.get(tag, ROWS)
+    if os.environ.get("FP8_VIA_Q_DTYPE"):
+        # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
+        triton_common.FP8_DOT_F16 = False
+        tag += "-via-q-dtype"
+    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS}.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
     print(f"flashdecode from {os.path.dirname(flashdecode.__file__)}", flush=True)

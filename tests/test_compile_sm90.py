@@ -46,10 +46,10 @@ def compile_sm90(kernel, consts):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4, num_stages=3))
 
 
-FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=True, KV_FP8=KV != "*bf16")
+FEATURES = dict(HAS_SOFTCAP=True, HAS_ALIBI=True, HAS_SINKS=True, HAS_WINDOW=True, KV_FP8=2 if KV != "*bf16" else 0)
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
-            Q_LEN=1, KV_FP8=KV != "*bf16", SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
+            Q_LEN=1, KV_FP8=2 if KV != "*bf16" else 0, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
             INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
             HEADS_FIRST=False, NUM_SMS=132)
 INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16)

@@ -131,6 +131,9 @@ HEAD_DIM_TILES = {64: dict(BLOCK_N=128, num_stages=2), 256: dict(BLOCK_N=64, num
 # 64 x 4096 32/8 512.2 -> 503.6 (ed7a875) and 512.3 -> 502.5 (dba0677); the split-K rows lose with it (1 x 8192 32/8
 # 28.6 -> 35.6, 26.5 -> 31.3)
 SINGLE_PASS_HEAD_DIM_TILES = {256: dict(BLOCK_N=64, num_stages=3, num_warps=8, PREFETCH_PAGES=True)}
+# an fp8 cache's products in fp16 (KV_FP8 = 2: q converted once, saturating at +-65504; K, V tiles fp8 -> fp16, one
+# instruction per two elements on sm_89+) rather than in q's dtype (KV_FP8 = 1: fp8 -> bf16 goes through fp32)
+FP8_DOT_F16 = True
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
@@ -242,7 +245,7 @@ class Features:
             HAS_SINKS=self.sinks is not None,
             HAS_WINDOW=self.window_left is not None,
             Q_LEN=self.q_len,
-            KV_FP8=self.kv_fp8,
+            KV_FP8=(2 if FP8_DOT_F16 else 1) if self.kv_fp8 else 0,
             SCALE_PTR=scale_ptr,
         )
 
@@ -343,6 +346,9 @@ def attend_range(
     mask_d = offs_d < HEAD_DIM
     if DOT_F32 and USE_DOT:
         q = q.to(tl.float32)
+    elif KV_FP8 == 2 and USE_DOT:
+        # the products of an fp8 cache run in fp16 (below); q saturates at fp16's largest finite value
+        q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read
     if PREFETCH_PAGES:
         offs_next = start + tl.arange(0, BLOCK_N)
@@ -370,7 +376,7 @@ def attend_range(
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
         else:
             if KV_FP8:
-                # e4m3 / e5m2 values are exact in bf16 and fp16
+                # e4m3 / e5m2 values are exact in bf16 and fp16 (q's dtype: fp16 with KV_FP8 == 2)
                 k = k.to(q.dtype)
                 v = v.to(q.dtype)
             s = tl.dot(q, tl.trans(k))
