@@ -60,9 +60,13 @@ def test_large_groups_use_head_blocks():
     # ...and the single pass at head_dim 256 (SINGLE_PASS_HEAD_DIM_TILES): 3 stages with the page ids a tile ahead
     deep = launch_config(256, 4, torch.bfloat16, single=True)
     assert (deep["BLOCK_N"], deep["num_stages"], deep["num_warps"], deep["PREFETCH_PAGES"]) == (64, 3, 8, True)
-    # the prefetching 32-token tile, in a 16-bit and in an fp8 cache (kv_itemsize 1)
+    # the prefetching 32-token tile, in a 16-bit and in an fp8 cache (kv_itemsize 1: split-K's short chunks)
     for short in (launch_config(128, 8, torch.bfloat16), launch_config(128, 8, torch.float16, 1, 1)):
         assert (short["BLOCK_N"], short["num_stages"], short["PREFETCH_PAGES"]) == (32, 3, True)
+    # an fp8 cache's single pass and long chunks: FP8_LONG_TILE
+    fp8_single = launch_config(128, 8, torch.bfloat16, 1, 1, single=True)
+    for long in (fp8_single, launch_config(128, 4, torch.float16, 1, 1, prefetch=False)):
+        assert (long["BLOCK_N"], long["num_stages"], long["PREFETCH_PAGES"]) == (128, 3, True)
     for cfg in (launch_config(128, 8, torch.bfloat16, prefetch=False), launch_config(256, 8, torch.float16, 1, 1),
                 launch_config(128, 8, torch.bfloat16, 2), launch_config(64, 8, torch.bfloat16),
                 launch_config(128, 2, torch.bfloat16), launch_config(128, 32, torch.bfloat16)):

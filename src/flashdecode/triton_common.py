@@ -112,10 +112,15 @@ WIDE_TILE = 32 * 128
 # per SM. H200 (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single
 # pass 8 x 128 28/4 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7;
 # split-K 1 x 2048 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's)
-# lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. An fp8 cache takes it too (pipeline_probe fp8 at
-# dba0677, against the 64-token tile without the prefetch: 64 x 4096 32/8 single pass e4m3 347.6 -> 270.0, e5m2
-# 298.8 -> 269.8; split-K 1 x 65536 12/2 e4m3 29.4 -> 24.8; bf16 242.1 and 24.0). None: off
+# lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. An fp8 cache's split-K calls with short chunks take
+# it too (pipeline_probe fp8 at d6cf225, fp16 products: 1 x 65536 12/2 e4m3 21.9 against 27.6 for 64 tokens without
+# the prefetch and 26.1 for FP8_LONG_TILE). None: off
 PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
+# ...and an fp8 cache's single pass and long split-K chunks (the fused merge's) 128-token tiles at 3 stages with the
+# prefetch (96 KB): a 1-byte token row makes short tiles all overhead. pipeline_probe fp8 at d6cf225, single pass
+# 64 x 4096 32/8: e4m3 196.5 us (e5m2 196.8) against 230.0 with PREFETCH_TILE, 330.2 with the plain 64-token tile,
+# and bf16's 242.1
+FP8_LONG_TILE = dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True)
 # ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 64-token tiles: occupancy
 # (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
 # 5.7 -> 5.5 µs, 1 x 128 28/4 4.9 -> 4.6; on the 3-programs-per-SM 64 x 4096 32/8 it took 302 µs instead of 243
@@ -165,10 +170,11 @@ def _launch_config(
     each of which reads the KV head's tokens again. BLOCK_D: head_dim padded to a power of two (masked).
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
-    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit or fp8 cache: the
-    measured cases); the same calls at head_dim 64 and 256 in a 16-bit cache take ``HEAD_DIM_TILES``, and
-    ``SINGLE_PASS_HEAD_DIM_TILES`` over them for the single pass (single). The split-K launcher passes False when its
-    chunks are long (the fused merge's batches).
+    prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit cache: the
+    measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``, and ``SINGLE_PASS_HEAD_DIM_TILES``
+    over them for the single pass (single). The split-K launcher passes False when its chunks are long (the fused
+    merge's batches). An fp8 cache at head_dim 128 (groups of 4-16, one token): ``FP8_LONG_TILE`` for the single pass
+    and long chunks, ``PREFETCH_TILE`` for split-K's short ones.
     """
     import torch
 
@@ -192,10 +198,12 @@ def _launch_config(
         num_warps=8 if block_h * block_d > WIDE_TILE else 4,
         num_stages=stages,
     )
-    if q_len == 1 and 4 <= group <= 16 and itemsize <= 2:
+    if q_len == 1 and 4 <= group <= 16 and itemsize == 1 and block_d == 128:
+        cfg.update(PREFETCH_TILE if prefetch and not single else FP8_LONG_TILE)
+    elif q_len == 1 and 4 <= group <= 16 and itemsize == 2:
         if prefetch and PREFETCH_TILE and block_d == 128:
             cfg.update(PREFETCH_TILE)
-        elif block_d in HEAD_DIM_TILES and itemsize == 2:
+        elif block_d in HEAD_DIM_TILES:
             cfg.update(HEAD_DIM_TILES[block_d])
             if single:
                 cfg.update(SINGLE_PASS_HEAD_DIM_TILES.get(block_d, {}))

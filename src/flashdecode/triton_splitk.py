@@ -708,13 +708,13 @@ def split_config(
 ) -> tuple[dict, int, bool]:  # fmt: skip
     """(partial kernel launch config, programs per SM the planner aims at, heads-first grid) for one call's shapes.
 
-    The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks) in a
-    16-bit cache (H200 probe 0ce6c31, fused rows with it: 64 x 4096 32/8 247.6 -> 265.6 us, 256 x 256 12/2 24.7 ->
-    25.8), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
+    The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks: H200
+    probe 0ce6c31, bf16 fused rows with it: 64 x 4096 32/8 247.6 -> 265.6 us, 256 x 256 12/2 24.7 -> 25.8; an fp8
+    cache takes its long tile then), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
     planner's target comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "grouped"
     (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other small
     groups); the planned grid puts a chunk's KV heads together for the classes in PARTIAL_HEADS_FIRST."""
-    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused or kv_itemsize == 1)
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
     small = small and row_bytes & (row_bytes - 1) == 0
