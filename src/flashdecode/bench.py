@@ -117,9 +117,11 @@ PRESETS = {
         _uniform(64, 3064, 32, 8, label="uniform 64x3064 32/8 (same bytes)"),
     ],
     "dims": lambda: [_uniform(64, 4096, 32, 8, head_dim=d) for d in (64, 128, 256)],
-    # model features: fp8 cache vs bf16 (same shapes), a 4096 window at 32k context vs full attention
+    # model features: fp8 cache vs bf16 (same shapes; PERF.md's fp8 rows are 64 x 4096 and 1 x 131072 at 32/8), a
+    # 4096 window at 32k context vs full attention
     "fp8": lambda: [
-        _uniform(b, s, hq, hkv, kv_dtype=kv) for b, s, hq, hkv in ((64, 4096, 32, 8), (1, 65536, 12, 2))
+        _uniform(b, s, hq, hkv, kv_dtype=kv) for b, s, hq, hkv in ((64, 4096, 32, 8), (1, 131072, 32, 8),
+                                                                   (1, 65536, 12, 2))
         for kv in ("", "e4m3", "e5m2")
     ],  # fmt: skip
     "window": lambda: [_uniform(b, 32768, 32, 8, window_left=w) for b in (1, 16) for w in (None, 4096)],
