@@ -4,8 +4,8 @@ The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, ``t
 kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1). Otherwise single-pass when the
 sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens, or when B * Hkv alone gives every SM as many programs
 as the planner aims at for the call's tile (``triton_splitk.planner_target``: splitting then only adds the planner
-and combine launches, unless the lengths are very uneven: a known trade-off, docs/design.md); everything else runs ``triton_splitk`` planned on the
-device from the lengths. The choice reads shapes only: no host sync.
+and combine launches, unless the lengths are very uneven: a known trade-off, docs/design.md); everything else runs
+``triton_splitk`` planned on the device from the lengths. The choice reads shapes only: no host sync.
 """
 
 from __future__ import annotations

@@ -130,6 +130,7 @@ MERGE_UNROLL = 2
 # perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
 # 199.4 and 204.6 -> 202.6, the other grouped rows within 0.4; but the mha rows at 384 programs 100.7 -> 102.5
 # (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384)
+# (chunk slots, heads) for groups < 4; "deep" (head dims above 128) keeps the order its groups >= 4 had as "grouped"
 PARTIAL_HEADS_FIRST = ("grouped", "deep")
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
