@@ -90,8 +90,8 @@ SATURATION_PER_SM = 4
 PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2)
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
 CHUNK_OVERHEAD_TOKENS = 32
-# chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more); None: the
-# planner's target for the tile (PLANNER_SATURATION)
+# chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more). Fewer (6, 5, 4 or
+# the tile's target) were measured and not kept: probe 1294503, docs/design.md
 EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
@@ -129,8 +129,8 @@ MERGE_UNROLL = 2
 # are dispatched together, as in the single pass, and unused slots come last; the others (chunk slots, heads). H200,
 # perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
 # 199.4 and 204.6 -> 202.6, the other grouped rows within 0.4; but the mha rows at 384 programs 100.7 -> 102.5
-# (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384)
-# (chunk slots, heads) for groups < 4; "deep" (head dims above 128) keeps the order its groups >= 4 had as "grouped"
+# (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384). "deep" (head dims above 128) keeps the order its groups >= 4 had
+# as "grouped"
 PARTIAL_HEADS_FIRST = ("grouped", "deep")
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
@@ -601,12 +601,10 @@ def _combine_kernel(
         tl.store(LSE + seq * num_rows + row, lse)
 
 
-def grid_chunks(batch: int, num_kv_heads: int, num_sms: int, saturation: int = SATURATION_PER_SM) -> int:
-    """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM (None: the
-    planner's target, saturation). Sized from B and the SM count, never from the cache's capacity; the planner only
-    picks cuts that fit."""
-    extra = saturation if EXTRA_PROGRAMS_PER_SM is None else EXTRA_PROGRAMS_PER_SM
-    return batch + cdiv(extra * num_sms, num_kv_heads)
+def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
+    """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
+    B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
+    return batch + cdiv(EXTRA_PROGRAMS_PER_SM * num_sms, num_kv_heads)
 
 
 def num_candidates(max_tokens: int, block_n: int) -> int:
@@ -711,10 +709,11 @@ def split_config(
 
     The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks: H200
     probe 0ce6c31, bf16 fused rows with it: 64 x 4096 32/8 247.6 -> 265.6 us, 256 x 256 12/2 24.7 -> 25.8; an fp8
-    cache takes its long tile then), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
-    planner's target comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "grouped"
-    (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other small
-    groups); the planned grid puts a chunk's KV heads together for the classes in PARTIAL_HEADS_FIRST."""
+    cache takes its long tile then), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D *
+    itemsize bytes) is a power of two. The planner's target comes from PLANNER_SATURATION by tile class: "deep"
+    (head dims above 128), "grouped" (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the
+    128-token tile of the other small groups); the planned grid puts a chunk's KV heads together for the classes in
+    PARTIAL_HEADS_FIRST."""
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
@@ -832,7 +831,7 @@ def decode_splitk(
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
         num_splits = max(1, cdiv(max_tokens, split_tokens))
     if num_splits is None:
-        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, saturation), 0
+        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms), 0
     else:
         chunks, fixed = batch * num_splits, num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
