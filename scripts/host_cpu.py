@@ -27,12 +27,16 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from flashdecode import decode_attention, triton_single, triton_splitk  # noqa: E402
+from flashdecode import decode_attention, launcher, triton_single, triton_splitk  # noqa: E402
 from flashdecode.cases import random_paged_case  # noqa: E402
 
 
 class _StubKernel:
-    """Takes a launch like a Triton kernel does (``kernel[grid](*args, **kwargs)``) and does nothing."""
+    """Takes a launch like a Triton kernel does (``kernel[grid](*args, **kwargs)``) and does nothing; ``fn`` is the
+    real kernel's, which the cached launcher reads the argument names from."""
+
+    def __init__(self, real):
+        self.fn = real.fn
 
     def __getitem__(self, grid):
         return self._launch
@@ -46,22 +50,26 @@ def stub_launches():
     for module, name in ((triton_single, "_decode_single_kernel"), (triton_splitk, "_plan_kernel"),
                          (triton_splitk, "_partial_kernel"), (triton_splitk, "_combine_kernel")):  # fmt: skip
         assert hasattr(module, name), f"{module.__name__}.{name} is gone: update the stub list"
-        setattr(module, name, _StubKernel())
+        setattr(module, name, _StubKernel(getattr(module, name)))
 
 
-def per_call_us(backends, args, out, calls, rounds=7):
-    """Fastest round per backend, the backends taking turns round by round (a slow spell of the machine then hits
-    both, not one); other load on the machine only ever adds time."""
-    for backend in backends:
-        for _ in range(200):
+def per_call_us(variants, args, out, calls, rounds=7):
+    """Fastest round per (backend, cached launcher on), the variants taking turns round by round (a slow spell of
+    the machine then hits all, not one); other load on the machine only ever adds time."""
+
+    def run(backend, cached, n):
+        launcher.ENABLED = cached
+        for _ in range(n):
             decode_attention(*args, backend=backend, out=out)
-    best = dict.fromkeys(backends, float("inf"))
+
+    for variant in variants:
+        run(*variant, 200)
+    best = dict.fromkeys(variants, float("inf"))
     for _ in range(rounds):
-        for backend in backends:
+        for variant in variants:
             t = time.perf_counter()
-            for _ in range(calls):
-                decode_attention(*args, backend=backend, out=out)
-            best[backend] = min(best[backend], (time.perf_counter() - t) / calls * 1e6)
+            run(*variant, calls)
+            best[variant] = min(best[variant], (time.perf_counter() - t) / calls * 1e6)
     return best
 
 
@@ -74,8 +82,11 @@ def main():
     c = random_paged_case([128] * 8, 28, 4, 128, 16, torch.bfloat16, "cpu", spare_pages=0)
     out = torch.empty_like(c.q)
     backends = ("triton", "triton_splitk")
-    for backend, us in per_call_us(backends, c.args, out, opts.calls).items():
-        print(f"{backend}: {us:.1f} us host per call (launches stubbed, best of 7 x {opts.calls} calls)")
+    variants = [(backend, cached) for backend in backends for cached in (False, True)]
+    for (backend, cached), us in per_call_us(variants, c.args, out, opts.calls).items():
+        how = "replayed (cached launcher)" if cached else "host code every call"
+        print(f"{backend}, {how}: {us:.1f} us host per call (launches stubbed, best of 7 x {opts.calls} calls)")
+    launcher.ENABLED = True
     for backend in backends if opts.profile else ():
         prof = cProfile.Profile()
         prof.enable()

@@ -1,31 +1,66 @@
-"""Host time per eager decode_attention call on the GPU: wall time of many calls on a tiny case (the GPU work is a
-few microseconds, so the host sets the pace), and a cProfile of the slowest path. Run on the GPU machine."""
+"""Host time per eager decode_attention call on the GPU, with the cached launcher off and on (flashdecode/launcher.py):
+wall time of many queued calls on small cases (the GPU work is a few microseconds, so the host sets the pace), then a
+cProfile of the replayed planned call. Run on the GPU machine:
 
+    python scripts/host_overhead.py [--calls 500]
+"""
+
+import argparse
 import cProfile
 import pstats
 import time
 
 import torch
 
-from flashdecode import decode_attention
+from flashdecode import decode_attention, launcher
 from flashdecode.cases import random_paged_case
 
-c = random_paged_case([128] * 8, 28, 4, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
-out = torch.empty_like(c.q)
-for backend in ("triton", "triton_splitk"):
+# (label, lengths, Hq, Hkv): what "auto" runs on each is printed beside it
+CASES = [
+    ("8x128 28/4 (single pass)", [128] * 8, 28, 4),
+    ("8x2048 28/4 (planned in place + combine)", [2048] * 8, 28, 4),
+    ("64x1024 12/2 (planner + fused merge)", [1024] * 64, 12, 2),
+]
+
+
+def host_us(args, out, calls, cached):
+    """Mean host time per call over ``calls`` queued calls (no sync inside), after a warm-up."""
+    launcher.ENABLED = cached
     for _ in range(20):
-        decode_attention(*c.args, backend=backend, out=out)
+        decode_attention(*args, out=out)
     torch.cuda.synchronize()
     t = time.perf_counter()
-    for _ in range(500):
-        decode_attention(*c.args, backend=backend, out=out)
-    host = (time.perf_counter() - t) / 500 * 1e6
+    for _ in range(calls):
+        decode_attention(*args, out=out)
+    host = (time.perf_counter() - t) / calls * 1e6
     torch.cuda.synchronize()
-    print(f"{backend}: {host:.1f} us host per call (500 calls, launches queued, no sync inside)")
-prof = cProfile.Profile()
-prof.enable()
-for _ in range(300):
-    decode_attention(*c.args, backend="triton_splitk", out=out)
-prof.disable()
-torch.cuda.synchronize()
-pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    return host
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=500)
+    opts = parser.parse_args()
+    print(f"{'case':44s} {'host code us':>13s} {'replayed us':>12s}  (best of 5 rounds of {opts.calls} calls)")
+    for label, lens, hq, hkv in CASES:
+        c = random_paged_case(lens, hq, hkv, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
+        out = torch.empty_like(c.q)
+        ref = decode_attention(*c.args).clone()
+        best = {False: float("inf"), True: float("inf")}
+        for _ in range(5):
+            for cached in (False, True):
+                best[cached] = min(best[cached], host_us(c.args, out, opts.calls, cached))
+        assert torch.equal(out, ref), f"{label}: the replayed call differs from the first"
+        print(f"{label:44s} {best[False]:13.1f} {best[True]:12.1f}", flush=True)
+    launcher.ENABLED = True
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(300):
+        decode_attention(*c.args, out=out)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+
+
+if __name__ == "__main__":
+    main()

@@ -19,7 +19,7 @@ import sys
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode import triton_common, triton_splitk
+from flashdecode import launcher, triton_common, triton_splitk
 from flashdecode.bench import Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
@@ -68,6 +68,8 @@ def set_variant(attrs):
     triton_common.PDL = True
     for k, v in attrs.items():
         setattr(triton_common if k == "PDL" else triton_splitk, k, v)
+    # recorded calls hold the constants they were recorded under
+    launcher.clear()
 
 
 def profile_row(row, fn, log):

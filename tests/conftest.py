@@ -20,6 +20,17 @@ def device():
     return DEVICE
 
 
+@pytest.fixture(autouse=True)
+def _no_recorded_calls():
+    """Each test starts with no recorded call (flashdecode/launcher.py): a test that changes a module constant must
+    not replay launches recorded under another test's constants."""
+    from flashdecode import launcher
+
+    launcher.clear()
+    yield
+    launcher.clear()
+
+
 def pytest_report_header(config):
     where = torch.cuda.get_device_name() if DEVICE == "cuda" else "CPU, Triton interpreter"
     return f"flashdecode tests on {where}"

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from . import reference, torch_baselines, validation
+from . import launcher, reference, torch_baselines, validation
 
 __all__ = ["decode_attention", "BACKENDS"]
 
@@ -124,13 +124,14 @@ def decode_attention(
     _validate_options(backend, num_splits, softmax_scale, kv_layout, deterministic)
     dense = block_table is None
     k_cache, v_cache, block_table = _as_paged(q, k_cache, v_cache, block_table, kv_layout)
-    _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense)
+    meta = _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense)
     features = _validate_features(
         q, k_cache, backend, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale
     )  # fmt: skip
     if not isinstance(validate, bool):
         raise TypeError(f"validate must be a bool, got {type(validate).__name__}")
-    if validate or validation.debug_enabled():
+    checked = validate or validation.debug_enabled()
+    if checked:
         validation.check_values(
             cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], allow_shared_pages=allow_shared_pages
         )
@@ -140,6 +141,17 @@ def decode_attention(
         out = torch.empty(q_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q_shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
     if batch > 0:
+        inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse)
+        # the cached launcher (launcher.py): calls without feature arguments, whose metadata passed the checks
+        plain = all(x is None for x in (softcap, alibi_slopes, sinks, window_left, k_scale, v_scale))
+        key = None
+        if meta is not None and plain and not checked and launcher.ENABLED:
+            device = torch.cuda.current_device() if q.is_cuda else None
+            options = (backend, num_splits, softmax_scale, return_lse, deterministic, device)
+            addresses = launcher.address_key(inputs)
+            key = (meta, options, addresses) if addresses is not None else None
+            if key is not None and launcher.replay(key, inputs):
+                return (out, lse) if return_lse else out
         # [B, 1, Hq, D] -> [B, Hq, D] views: no copy, strides kept
         one = len(q_shape) == 4 and q_shape[1] == 1
         q_in, out_in = (q[:, 0], out[:, 0]) if one else (q, out)
@@ -150,7 +162,11 @@ def decode_attention(
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
             )
-        _BACKEND_FNS[name](q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits)
+        # only the backends whose every launch and workspace goes through launcher.launch / workspace are recorded
+        with launcher.recording(key if name in _REPLAYABLE else None, inputs):
+            _BACKEND_FNS[name](
+                q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits
+            )  # fmt: skip
     return (out, lse) if return_lse else out
 
 
@@ -255,6 +271,8 @@ def _run_triton_tma(q, k_cache, v_cache, cache_seqlens, block_table, scale, out,
     )  # fmt: skip
 
 
+# backends whose launches launcher.py may record and replay
+_REPLAYABLE = ("triton", "triton_splitk")
 _BACKEND_FNS = {
     "reference": _from_torch(reference.reference_dense),
     "torch_naive": _from_torch(torch_baselines.torch_naive),
@@ -306,9 +324,9 @@ def _as_paged(q, k_cache, v_cache, block_table, kv_layout):
     return k_cache, v_cache, block_table
 
 
-# argument metadata that passed ``_check_meta`` -> what the per-call overlap check needs of it: a repeated call
-# (same types, shapes, strides, dtypes, devices, layout) skips the checks that read only these, which were most of
-# an eager call's host time (docs/design.md). Bounded: cleared when full
+# argument metadata that passed ``_check_meta`` -> what the per-call overlap check needs of it (``_Checked``): a
+# repeated call (same types, shapes, strides, dtypes, devices, layout) skips the checks that read only these, which
+# were most of an eager call's host time (docs/design.md). Bounded: cleared when full
 _CHECKED_META: dict = {}
 _CHECKED_META_MAX = 256
 _INPUT_NAMES = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table")
@@ -319,21 +337,33 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
 
     Takes the caches after ``_as_paged`` (NHD views), so shapes are read in one order; messages name the
     caller's layout (``dense``: block_table was None). The metadata checks run once per distinct metadata key;
-    whether out shares memory with an input depends on addresses, so it is checked on every call."""
+    whether out shares memory with an input depends on addresses, so it is checked on every call. Returns the
+    metadata's ``_Checked`` entry (None when an argument is not a tensor), which the cached launcher's key holds."""
     inputs = (q, k_cache, v_cache, cache_seqlens, block_table)
     key = _meta_key(inputs, out, kv_layout, dense)
-    spans = _CHECKED_META.get(key) if key is not None else None
-    if spans is None:
+    checked = _CHECKED_META.get(key) if key is not None else None
+    if checked is None:
         _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense)
-        # byte extent of each tensor from its first element (0: empty) and whether out has q's strides
-        extents = tuple(_extent(t) for t in inputs)
-        spans = extents, ((_extent(out), out.stride() == q.stride()) if out is not None else None)
+        checked = _Checked(q, inputs, out)
         if key is not None:
             if len(_CHECKED_META) >= _CHECKED_META_MAX:
                 _CHECKED_META.clear()
-            _CHECKED_META[key] = spans
+            _CHECKED_META[key] = checked
     if out is not None:
-        _check_out_overlap(inputs, out, *spans)
+        _check_out_overlap(inputs, out, checked.extents, checked.out_span)
+    return checked if key is not None else None
+
+
+class _Checked:
+    """What ``_validate`` keeps of an argument metadata that passed its checks: each input's byte extent from its
+    first element (0: empty), and out's extent and whether it has q's strides. Compared and hashed by identity, so
+    the cached launcher's key (launcher.py) holds one cheaply: one instance per metadata key."""
+
+    __slots__ = ("extents", "out_span")
+
+    def __init__(self, q, inputs, out):
+        self.extents = tuple(_extent(t) for t in inputs)
+        self.out_span = (_extent(out), out.stride() == q.stride()) if out is not None else None
 
 
 def _meta_key(inputs, out, kv_layout, dense):

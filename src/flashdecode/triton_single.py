@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launcher import launch
 from .triton_common import (
     LOG2E,
     PLAIN,
@@ -155,7 +156,8 @@ def decode_single(
     stride_btb, stride_btp = block_table.stride()
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    _decode_single_kernel[(num_kv_heads * head_blocks, batch)](
+    launch(
+        _decode_single_kernel, (num_kv_heads * head_blocks, batch),
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads,
         stride_qb=stride_qb, stride_qt=stride_qt, stride_qh=stride_qh,

@@ -48,6 +48,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launcher import launch, workspace
 from .triton_common import (
     LOG2E,
     Features,
@@ -680,10 +681,11 @@ def launch_plan(
     combine's int32 arrival counters, zeroed by the planner (None: not fused)."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
-    plan = torch.empty(4, max_chunks + batch, dtype=torch.int32, device=cache_seqlens.device)
+    plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
     block_b = next_power_of_2(batch)
     block_i, warps = planner_shape(block_b)
-    _plan_kernel[(cdiv(max_chunks, block_i),)](
+    launch(
+        _plan_kernel, (cdiv(max_chunks, block_i),),
         cache_seqlens, plan, plan if counters is None else counters, 0 if counters is None else counters.numel(),
         batch, num_kv_heads, max_chunks, cache_seqlens.stride(0),
         int(features.window_left if features.window_left is not None else 0), NUM_SMS=num_sms,
@@ -783,7 +785,8 @@ def launch_combine(
         block_s, d_blocks = COMBINE_WIDE
     if block_d % (16 * d_blocks):
         d_blocks = 1
-    _combine_kernel[(q_len * num_q_heads, batch, d_blocks)](
+    launch(
+        _combine_kernel, (q_len * num_q_heads, batch, d_blocks),
         o_part, lse_part, out4, lse if lse is not None else lse_part, plan, sinks if sinks is not None else lse_part,
         batch, max_chunks, num_q_heads, out4.stride(0), out4.stride(1), out4.stride(2),
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
@@ -835,8 +838,8 @@ def decode_splitk(
     else:
         chunks, fixed = batch * num_splits, num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
-    o_part = torch.empty(chunks, q_len * num_q_heads, cfg["BLOCK_D"], dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(chunks, q_len * num_q_heads, dtype=torch.float32, device=q.device)
+    o_part = workspace((chunks, q_len * num_q_heads, cfg["BLOCK_D"]), torch.float32, q.device)
+    lse_part = workspace((chunks, q_len * num_q_heads), torch.float32, q.device)
     lse_arg = lse if lse is not None else lse_part
     fargs = features.kernel_args(cache_seqlens)
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
@@ -844,14 +847,14 @@ def decode_splitk(
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
-    counters = torch.empty(batch * num_kv_heads * head_blocks, dtype=torch.int32, device=q.device) if fused else None
+    counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
     if fixed or inline:
         # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
-        plan = torch.empty(1, dtype=torch.int32, device=q.device)
+        plan = workspace((1,), torch.int32, q.device)
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
@@ -862,7 +865,8 @@ def decode_splitk(
     # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
     heads_first = heads_first and not fixed
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
-    _partial_kernel[grid](
+    launch(
+        _partial_kernel, grid,
         q4, k_cache, v_cache, cache_seqlens, block_table, plan, plan if counters is None else counters, o_part,
         lse_part, out4, lse_arg,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch, max_chunks=chunks,

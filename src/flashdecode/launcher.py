@@ -1,0 +1,198 @@
+"""The cached launcher: an eager call's host work done once per argument metadata, not on every call.
+
+``decode_attention`` with the Triton backends spends most of an eager call's time on the host: choosing the
+backend, building ~40 launch arguments per kernel, and Triton's ``JITFunction.run`` binding and specialising them
+again (docs/design.md). None of that depends on the tensors' contents or addresses, only on their metadata, which
+``api._validate`` already turns into a key. So the first call of a key runs as usual while this module records its
+launches, and later calls replay them:
+
+- ``launch(kernel, grid, *args, **kwargs)`` is ``kernel[grid](*args, **kwargs)``; while a call is recorded it also
+  keeps the compiled kernel, the grid and every argument. ``workspace(shape, dtype, device)`` is ``torch.empty``,
+  noted the same way.
+- ``Replay`` resolves each recorded tensor argument to the call input it points at (by address: the backends pass
+  views of the inputs that start where they do) or to a workspace. A launch with an argument it cannot resolve (a
+  tensor that is neither, or an object that holds an address, like a TMA descriptor) makes the key uncacheable.
+- A replay allocates the workspaces and hands the arguments straight to each compiled kernel's launcher, the call
+  that ``JITFunction.run`` ends with. Under the interpreter it calls ``kernel[grid]`` with the rebuilt arguments, so
+  the CPU tests exercise the same resolution.
+
+What makes a replay valid: the key holds everything the host work reads (the caller's options and the metadata of
+every input), and how the inputs' addresses relate: which of them are the same address (out = q), and each address
+modulo 16, which Triton specialises pointer arguments on. Module constants (the tile tables, the planner's knobs)
+are read while recording: a script that changes one between calls must call ``clear()``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+
+import torch
+
+# FLASHDECODE_LAUNCH_CACHE=0 turns replays off (every call runs the backend's host code and Triton's binding)
+ENABLED = os.environ.get("FLASHDECODE_LAUNCH_CACHE", "1") != "0"
+# keys remembered; cleared when full (a caller cycling through more shapes than this pays the slow path)
+MAX_ENTRIES = 256
+# a key whose launches could not be resolved: always the slow path
+UNCACHEABLE = object()
+# argument values a replay may pass on unchanged: anything else (a tensor it cannot place, a descriptor) is refused
+_CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype)
+
+_cache: dict = {}
+_local = threading.local()
+
+
+def clear() -> None:
+    """Forget every recorded call (after changing a module constant that the backends read on the host)."""
+    _cache.clear()
+
+
+def launch(kernel, grid, *args, **kwargs):
+    """``kernel[grid](*args, **kwargs)``, noted by the call being recorded, if any. Returns what Triton returns."""
+    compiled = kernel[grid](*args, **kwargs)
+    recording = getattr(_local, "recording", None)
+    if recording is not None:
+        recording.launches.append((kernel, compiled, tuple(grid), args, kwargs))
+    return compiled
+
+
+def workspace(shape, dtype, device) -> torch.Tensor:
+    """``torch.empty(shape, dtype, device)``, noted by the call being recorded, if any (a replay allocates it anew)."""
+    t = torch.empty(shape, dtype=dtype, device=device)
+    recording = getattr(_local, "recording", None)
+    if recording is not None:
+        recording.workspaces.append(t)
+    return t
+
+
+def address_key(inputs) -> tuple | None:
+    """How the inputs' addresses relate, as a replay needs them unchanged: for each input (None allowed), the index
+    of the first input at the same address, and the address modulo 16. None when an input is not a plain tensor (a
+    subclass such as a fake tensor may have no address): not replayed."""
+    first, key = {}, []
+    for i, t in enumerate(inputs):
+        if t is None:
+            key.append(None)
+            continue
+        if type(t) is not torch.Tensor:
+            return None
+        ptr = t.data_ptr()
+        key.append((first.setdefault(ptr, i), ptr & 15))
+    return tuple(key)
+
+
+class _Recording:
+    def __init__(self):
+        self.launches, self.workspaces = [], []
+
+
+class recording:
+    """Context manager: record the launches of one call under ``key`` (None: record nothing), then store a Replay,
+    or UNCACHEABLE when a launch cannot be replayed. ``inputs``: the call's tensors (None allowed), in the order
+    ``Replay.__call__`` takes them."""
+
+    def __init__(self, key, inputs):
+        # a key already stored (uncacheable, or a replay that declined: a profiler's hooks) is not recorded again
+        self.key, self.inputs = (None if key in _cache else key), inputs
+
+    def __enter__(self):
+        if self.key is not None:
+            self.previous = getattr(_local, "recording", None)
+            _local.recording = self.rec = _Recording()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self.key is None:
+            return False
+        _local.recording = self.previous
+        if exc_type is None:
+            if len(_cache) >= MAX_ENTRIES:
+                _cache.clear()
+            try:
+                _cache[self.key] = Replay(self.rec, self.inputs) if self.rec.launches else UNCACHEABLE
+            except _Unresolved:
+                _cache[self.key] = UNCACHEABLE
+        return False
+
+
+def replay(key, inputs) -> bool:
+    """Run the launches recorded under ``key`` with these inputs; False (nothing launched) when there is none."""
+    entry = _cache.get(key)
+    if entry is None or entry is UNCACHEABLE:
+        return False
+    return entry(inputs)
+
+
+class _Unresolved(Exception):
+    """A recorded argument that a replay could not rebuild."""
+
+
+class Replay:
+    """The launches of one recorded call, each as (compiled kernel, grid, argument list with the per-call slots
+    marked). Slots number the call's inputs first, then its workspaces."""
+
+    def __init__(self, rec: _Recording, inputs):
+        ptrs = [t.data_ptr() if t is not None else None for t in inputs]
+        workspace_slot = {id(t): len(inputs) + i for i, t in enumerate(rec.workspaces)}
+        self.workspaces = [(tuple(t.shape), t.dtype, t.device) for t in rec.workspaces]
+        self.num_inputs = len(inputs)
+        self.launches = []
+        for kernel, compiled, grid, args, kwargs in rec.launches:
+            names = set(inspect.signature(kernel.fn).parameters)
+            bound = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in names})
+            bound.apply_defaults()
+            values = list(bound.arguments.values())
+            options = {k: v for k, v in kwargs.items() if k not in names}
+            slots = []
+            for pos, v in enumerate(values):
+                if isinstance(v, torch.Tensor):
+                    slot = workspace_slot.get(id(v))
+                    if slot is None and v.data_ptr() in ptrs:
+                        slot = ptrs.index(v.data_ptr())
+                    if slot is None:
+                        raise _Unresolved(f"argument {pos} of {kernel.fn.__name__}: a tensor of no input")
+                    slots.append((pos, slot))
+                    values[pos] = None
+                elif not isinstance(v, _CONSTANT_TYPES) and not _is_constexpr_value(v):
+                    raise _Unresolved(f"argument {pos} of {kernel.fn.__name__}: {type(v).__name__}")
+            if compiled is not None and hasattr(compiled, "result"):
+                compiled = compiled.result()
+            grid3 = tuple(grid) + (1,) * (3 - len(grid))
+            self.launches.append((kernel, compiled, grid3, values, slots, options))
+
+    def __call__(self, inputs) -> bool:
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
+            return False  # a profiler wants launch metadata: the JIT path builds it
+        interpreted = any(compiled is None for _, compiled, *_ in self.launches)
+        # keep the workspaces alive until every launch is queued
+        objects = list(inputs) + [torch.empty(s, dtype=d, device=dev) for s, d, dev in self.workspaces]
+        if interpreted:
+            for kernel, _, grid, values, slots, options in self.launches:
+                args = list(values)
+                for pos, slot in slots:
+                    args[pos] = objects[slot]
+                kernel[grid](*args, **options)
+            return True
+        # the compiled launcher takes raw addresses (no per-argument cuPointerGetAttribute)
+        ptrs = [t.data_ptr() if t is not None else None for t in objects]
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        for _, compiled, (g0, g1, g2), values, slots, _ in self.launches:
+            args = list(values)
+            for pos, slot in slots:
+                args[pos] = ptrs[slot]
+            compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+        return True
+
+
+def _hooked(hook) -> bool:
+    """Whether a Triton launch hook is set: None or an empty HookChain (triton >= 3.5 always has one) is not."""
+    return bool(getattr(hook, "calls", hook))
+
+
+def _is_constexpr_value(v) -> bool:
+    """Triton's constexpr wrappers and dtypes (tl.float32 ...) passed as kernel arguments."""
+    return type(v).__module__.startswith("triton.")

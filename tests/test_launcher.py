@@ -1,0 +1,129 @@
+"""The cached launcher (flashdecode/launcher.py): a call replayed from its recording gives the same answer on new
+tensors, and calls whose host work could differ are recorded apart or not replayed at all.
+
+Under the interpreter a replay calls ``kernel[grid]`` with the rebuilt arguments; on a GPU it calls the compiled
+kernels' launchers. Either way each argument comes from the slot the recording resolved it to, which is what these
+tests check: a stale pointer would read the previous call's tensors and miss the reference."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
+
+import flashdecode.api as api
+from flashdecode import decode_attention, launcher
+
+LENS = [5, 40, 0, 17]
+
+
+@pytest.fixture
+def host_runs(monkeypatch):
+    """Counts of each Triton backend's host code runs (a replay runs none)."""
+    runs = {"triton": 0, "triton_splitk": 0}
+    for name in runs:
+        real = api._BACKEND_FNS[name]
+
+        def counted(*args, _name=name, _real=real):
+            runs[_name] += 1
+            return _real(*args)
+
+        monkeypatch.setitem(api._BACKEND_FNS, name, counted)
+    return runs
+
+
+def _check(c, out, lse):
+    ref_out, ref_lse = reference_of(c)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, c.q.dtype)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
+@pytest.mark.parametrize(
+    "backend,num_splits,lens,ran",
+    [("triton", None, LENS, "triton"), ("triton_splitk", None, LENS, "triton_splitk"),
+     ("triton_splitk", 3, LENS, "triton_splitk"), ("auto", None, [5, 300, 0, 17], "triton_splitk")],
+    ids=["single", "planned", "fixed3", "auto"],
+)  # fmt: skip
+def test_replay_reads_the_new_tensors(backend, num_splits, lens, ran, device, host_runs):
+    """Three calls of one metadata on fresh random data (new q, caches, lengths' values, shuffled tables) into
+    NaN-filled outputs: the first runs the backend's host code, the next two replay it, and all match the
+    reference."""
+    for seed in range(3):
+        c = case(lens, 4, 2, 32, 16, torch.float32, device, seed=seed)
+        out = torch.full_like(c.q, float("nan"))
+        out, lse = decode_attention(*c.args, backend=backend, num_splits=num_splits, out=out, return_lse=True)
+        _check(c, out, lse)
+    assert host_runs[ran] == 1
+
+
+def test_replay_keeps_address_relations(device, host_runs):
+    """out = q (in place) and a separate out are recorded apart: the relation between addresses is in the key."""
+    for seed, in_place in enumerate((False, True, False, True)):
+        c = case(LENS, 4, 2, 32, 16, torch.float32, device, seed=seed)
+        ref_out, _ = reference_of(c)
+        q = c.q.clone()
+        out = decode_attention(q, *c.args[1:], backend="triton_splitk", out=q if in_place else None)
+        assert (out is q) == in_place
+        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
+    assert host_runs["triton_splitk"] == 2
+
+
+def test_replay_keys_on_options_and_alignment(device, host_runs):
+    """The caller's options (here softmax_scale and return_lse) and each address modulo 16 (Triton specialises
+    pointers on it) are in the key: each change records anew, and every call matches the reference."""
+    calls = [dict(), dict(softmax_scale=0.3), dict(return_lse=True), dict(), dict(softmax_scale=0.3)]
+    for seed, kwargs in enumerate(calls):
+        c = case(LENS, 4, 2, 32, 16, torch.float32, device, seed=seed)
+        ref_out, _ = reference_of(c, softmax_scale=kwargs.get("softmax_scale"))
+        res = decode_attention(*c.args, backend="triton", **kwargs)
+        out = res[0] if kwargs.get("return_lse") else res
+        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32, softmax_scale=kwargs.get("softmax_scale"))
+    assert host_runs["triton"] == 3
+    # q one fp32 element past a 16-byte boundary: same shape and strides, a new recording
+    c = case(LENS, 4, 2, 32, 16, torch.float32, device, seed=9)
+    buf = torch.empty(c.q.numel() + 1, device=device)
+    q = buf[1:].view(c.q.shape).copy_(c.q)
+    assert q.data_ptr() % 16 and q.stride() == c.q.stride()
+    ref_out, _ = reference_of(c)
+    out = decode_attention(q, *c.args[1:], backend="triton")
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
+    assert host_runs["triton"] == 4
+
+
+def test_calls_that_are_never_replayed(device, host_runs, monkeypatch):
+    """Feature arguments, value validation and ENABLED = False run the host code on every call; the PyTorch
+    backends are not recorded."""
+    c = case(LENS, 4, 2, 32, 16, torch.float32, device, seed=3)
+    for kwargs in (dict(softcap=30.0), dict(validate=True)):
+        for _ in range(2):
+            decode_attention(*c.args, backend="triton", **kwargs)
+    assert host_runs["triton"] == 4
+    monkeypatch.setattr(launcher, "ENABLED", False)
+    for _ in range(2):
+        decode_attention(*c.args, backend="triton")
+    assert host_runs["triton"] == 6
+    monkeypatch.setattr(launcher, "ENABLED", True)
+    decode_attention(*c.args, backend="torch_sdpa")
+    assert not launcher._cache
+
+
+@triton.jit
+def _copy_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, tl.load(X + offs))
+
+
+def test_an_argument_of_no_input_is_not_replayed(device):
+    """A launch whose tensor argument is neither an input nor a ``workspace`` cannot be rebuilt: the key is marked
+    uncacheable (later calls run the host code), while one whose tensors are inputs replays onto new tensors."""
+    x, y = torch.arange(16.0, device=device), torch.zeros(16, device=device)
+    stray = torch.zeros(16, device=device)
+    with launcher.recording("stray", (x, y)):
+        launcher.launch(_copy_kernel, (1,), x, stray, N=16)
+    assert launcher._cache["stray"] is launcher.UNCACHEABLE
+    assert not launcher.replay("stray", (x, y))
+    with launcher.recording("inputs", (x, y)):
+        launcher.launch(_copy_kernel, (1,), x, y, N=16)
+    x2, y2 = torch.arange(16.0, 32.0, device=device), torch.zeros(16, device=device)
+    assert launcher.replay("inputs", (x2, y2))
+    assert torch.equal(y2.cpu(), torch.arange(16.0, 32.0))
