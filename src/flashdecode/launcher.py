@@ -24,6 +24,7 @@ are read while recording: a script that changes one between calls must call ``cl
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -36,6 +37,9 @@ ENABLED = os.environ.get("FLASHDECODE_LAUNCH_CACHE", "1") != "0"
 MAX_ENTRIES = 256
 # a key whose launches could not be resolved: always the slow path
 UNCACHEABLE = object()
+# byte alignment of each workspace in a compiled replay's single buffer (the allocator's own blocks are 512-aligned;
+# Triton specialises pointers on 16)
+_WORKSPACE_ALIGN = 256
 # argument values a replay may pass on unchanged: anything else (a tensor it cannot place, a descriptor) is refused
 _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype)
 
@@ -136,6 +140,13 @@ class Replay:
         ptrs = [t.data_ptr() if t is not None else None for t in inputs]
         workspace_slot = {id(t): len(inputs) + i for i, t in enumerate(rec.workspaces)}
         self.workspaces = [(tuple(t.shape), t.dtype, t.device) for t in rec.workspaces]
+        # a compiled replay allocates the workspaces as one buffer, each at a 256-byte aligned offset
+        self.offsets, size = [], 0
+        for t in rec.workspaces:
+            assert t.device == rec.workspaces[0].device, "workspaces of one call on one device"
+            self.offsets.append(size)
+            size += -(-t.numel() * t.element_size() // _WORKSPACE_ALIGN) * _WORKSPACE_ALIGN
+        self.workspace_bytes = size
         self.num_inputs = len(inputs)
         self.launches = []
         for kernel, compiled, grid, args, kwargs in rec.launches:
@@ -160,25 +171,28 @@ class Replay:
                 compiled = compiled.result()
             grid3 = tuple(grid) + (1,) * (3 - len(grid))
             self.launches.append((kernel, compiled, grid3, values, slots, options))
+        self.interpreted = any(compiled is None for _, compiled, *_ in self.launches)
 
     def __call__(self, inputs) -> bool:
-        from triton import knobs
-        from triton.runtime.driver import driver
-
+        knobs, driver = _triton()
         if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
             return False  # a profiler wants launch metadata: the JIT path builds it
-        interpreted = any(compiled is None for _, compiled, *_ in self.launches)
-        # keep the workspaces alive until every launch is queued
-        objects = list(inputs) + [torch.empty(s, dtype=d, device=dev) for s, d, dev in self.workspaces]
-        if interpreted:
+        if self.interpreted:
+            # the interpreter: kernel[grid] with tensors
+            objects = list(inputs) + [torch.empty(s, dtype=d, device=dev) for s, d, dev in self.workspaces]
             for kernel, _, grid, values, slots, options in self.launches:
                 args = list(values)
                 for pos, slot in slots:
                     args[pos] = objects[slot]
                 kernel[grid](*args, **options)
             return True
-        # the compiled launcher takes raw addresses (no per-argument cuPointerGetAttribute)
-        ptrs = [t.data_ptr() if t is not None else None for t in objects]
+        # the compiled launchers take raw addresses (no per-argument cuPointerGetAttribute); one allocation for the
+        # workspaces, alive until every launch is queued (then freed in stream order, as a torch.empty would be)
+        ptrs = [t.data_ptr() if t is not None else None for t in inputs]
+        if self.workspaces:
+            buffer = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.workspaces[0][2])
+            base = buffer.data_ptr()
+            ptrs += [base + offset for offset in self.offsets]
         stream = driver.active.get_current_stream(driver.active.get_current_device())
         for _, compiled, (g0, g1, g2), values, slots, _ in self.launches:
             args = list(values)
@@ -186,6 +200,15 @@ class Replay:
                 args[pos] = ptrs[slot]
             compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
         return True
+
+
+@functools.cache
+def _triton():
+    """(triton.knobs, the active driver), imported on first replay: importing flashdecode imports no triton."""
+    from triton import knobs
+    from triton.runtime.driver import driver
+
+    return knobs, driver
 
 
 def _hooked(hook) -> bool:
