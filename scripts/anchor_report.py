@@ -1,6 +1,7 @@
 """Anchor-grid report: flashdecode ``auto`` against FlashInfer (best of its two paths, same run) and against the best
 peer time in ../shared/PERF.md, optionally before / after against an earlier results.json. Prints a markdown table,
-the geometric means and the rows more than 5% slower than before.
+the geometric means and the rows more than 5% slower than before; then the same for the eager column (host time
+included: what a caller without CUDA graphs sees).
 
     python scripts/anchor_report.py NEW/results.json [OLD/results.json] > report.md
 """
@@ -80,6 +81,28 @@ def main():
     if old:
         slower = compare(results, sys.argv[2])
         print("\n" + ("\n".join(slower) if slower else f"No row more than 5% slower than {old_meta['commit']}."))
+    eager_table(results, old_results if old else [], before)
+
+
+def eager_table(results, old_results, before):
+    """Eager µs (``do_bench``, no CUDA graph) of auto before / after and of FlashInfer's faster path, same run."""
+    old = {r["row"]: r["eager_us"] for r in old_results if r["backend"] == "auto" and r.get("eager_us")}
+    rows = {}
+    for r in results:
+        if r.get("eager_us") and r["status"] == "ok":
+            rows.setdefault(r["row"], {})[r["backend"]] = r["eager_us"]
+    print(f"\nEager µs (do_bench, host time included)\n\n| row | {before} | now µs | FlashInfer best µs | vs FlashInfer |")
+    print("|---|---:|---:|---:|---:|")
+    speeds = []
+    for name, e in rows.items():
+        if "auto" not in e:
+            continue
+        fi = min([e[k] for k in ("flashinfer", "flashinfer_tc") if k in e], default=None)
+        speeds += [fi / e["auto"]] if fi else []
+        cells = [f"{old[name]:.1f}" if name in old else "", f"{e['auto']:.1f}", f"{fi:.1f}" if fi else "",
+                 f"{fi / e['auto']:.2f}×" if fi else ""]  # fmt: skip
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print(f"\nEager geomean: {geomean(speeds):.3f}× FlashInfer over {len(speeds)} rows.")
 
 
 if __name__ == "__main__":
