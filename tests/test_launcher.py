@@ -9,6 +9,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from feature_helpers import check
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
 import flashdecode.api as api
@@ -91,18 +92,30 @@ def test_replay_keys_on_options_and_alignment(device, host_runs):
     assert host_runs["triton"] == 4
 
 
+def test_feature_calls_replay_with_their_new_tensors(device, host_runs):
+    """Feature tensors (sinks, ALiBi slopes) are inputs like q: a replay reads their new values. Feature scalars
+    (softcap, window) are in the key: a new value records anew."""
+    calls = [dict(softcap=20.0, window_left=9)] * 2 + [dict(softcap=5.0, window_left=9)] * 2
+    for seed, kwargs in enumerate(calls):
+        c = case(LENS, 4, 2, 32, 16, torch.float32, device, seed=seed)
+        gen = torch.Generator().manual_seed(seed)
+        kwargs = dict(kwargs, sinks=torch.randn(4, generator=gen).to(device),
+                      alibi_slopes=torch.rand(4, generator=gen).to(device))  # fmt: skip
+        check(c.args, "triton_splitk", None, **kwargs)
+    assert host_runs["triton_splitk"] == 2
+
+
 def test_calls_that_are_never_replayed(device, host_runs, monkeypatch):
-    """Feature arguments, value validation and ENABLED = False run the host code on every call; the PyTorch
-    backends are not recorded."""
+    """Value validation and ENABLED = False run the host code on every call; the PyTorch backends are not
+    recorded."""
     c = case(LENS, 4, 2, 32, 16, torch.float32, device, seed=3)
-    for kwargs in (dict(softcap=30.0), dict(validate=True)):
-        for _ in range(2):
-            decode_attention(*c.args, backend="triton", **kwargs)
-    assert host_runs["triton"] == 4
+    for _ in range(2):
+        decode_attention(*c.args, backend="triton", validate=True)
+    assert host_runs["triton"] == 2
     monkeypatch.setattr(launcher, "ENABLED", False)
     for _ in range(2):
         decode_attention(*c.args, backend="triton")
-    assert host_runs["triton"] == 6
+    assert host_runs["triton"] == 4
     monkeypatch.setattr(launcher, "ENABLED", True)
     decode_attention(*c.args, backend="torch_sdpa")
     assert not launcher._cache
@@ -128,3 +141,23 @@ def test_an_argument_of_no_input_is_not_replayed(device):
     x2, y2 = torch.arange(16.0, 32.0, device=device), torch.zeros(16, device=device)
     assert launcher.replay("inputs", (x2, y2))
     assert torch.equal(y2.cpu(), torch.arange(16.0, 32.0))
+
+
+def test_append_kv_replays_onto_new_tensors(device, monkeypatch):
+    """append_kv records its launch too: a second call of the same metadata writes the new tokens into the new caches
+    at the new slots without running the launcher's host code, and matches plain indexing (a -1 slot skips)."""
+    from flashdecode import append_kv, triton_append
+
+    runs = []
+    real = triton_append.append_kv_triton
+    monkeypatch.setattr(triton_append, "append_kv_triton", lambda *a: runs.append(1) or real(*a))
+    gen = torch.Generator().manual_seed(0)
+    for slots in ([3, 17, -1, 40], [41, 0, 9, -1]):
+        k, v = (torch.randn(4, 2, 8, generator=gen).to(device) for _ in range(2))
+        caches = [torch.randn(6, 8, 2, 8, generator=gen).to(device) for _ in range(2)]
+        expected = [c.clone() for c in caches]
+        slot_mapping = torch.tensor(slots, dtype=torch.int32, device=device)
+        append_kv(k, v, *caches, slot_mapping)
+        append_kv(k, v, *expected, slot_mapping, backend="torch")
+        assert all(torch.equal(got.cpu(), want.cpu()) for got, want in zip(caches, expected))
+    assert len(runs) == 1

@@ -141,13 +141,14 @@ def decode_attention(
         out = torch.empty(q_shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q_shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
     if batch > 0:
-        inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse)
-        # the cached launcher (launcher.py): calls without feature arguments, whose metadata passed the checks
-        plain = all(x is None for x in (softcap, alibi_slopes, sinks, window_left, k_scale, v_scale))
+        # the cached launcher (launcher.py) replays calls whose metadata passed the checks; the features' tensors
+        # are inputs like q (new addresses each call), their other fields part of the key
+        feature_fields, feature_tensors = features.launch_key_parts
+        inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse) + feature_tensors
         key = None
-        if meta is not None and plain and not checked and launcher.ENABLED:
+        if meta is not None and not checked and launcher.ENABLED:
             device = torch.cuda.current_device() if q.is_cuda else None
-            options = (backend, num_splits, softmax_scale, return_lse, deterministic, device)
+            options = (backend, num_splits, softmax_scale, return_lse, deterministic, device, feature_fields)
             addresses = launcher.address_key(inputs)
             key = (meta, options, addresses) if addresses is not None else None
             if key is not None and launcher.replay(key, inputs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .launcher import launch
 from .triton_common import cdiv, next_power_of_2
 
 from .append import _TILE_ELEMENTS
@@ -57,7 +58,8 @@ def append_kv_triton(k, v, k_cache, v_cache, slot_mapping):
     num_pages, page_size = k_cache.shape[:2]
     cfg = append_launch_config(num_kv_heads, head_dim)
     grid = (num_tokens, cdiv(num_kv_heads, cfg["BLOCK_H"]))
-    _append_kv_kernel[grid](
+    launch(
+        _append_kv_kernel, grid,
         k, v, k_cache, v_cache, slot_mapping, num_pages * page_size, slot_mapping.stride(0),
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),

@@ -237,6 +237,17 @@ class Features:
         }
 
     @functools.cached_property
+    def launch_key_parts(self) -> tuple[tuple, tuple]:
+        """(the fields that are not tensors, the tensors or None: alibi_slopes, sinks, k_scale, v_scale), for the
+        cached launcher: the first joins its key, the second its inputs (launcher.py)."""
+        import torch
+
+        fields = (self.alibi_slopes, self.sinks, self.k_scale, self.v_scale)
+        tensors = tuple(x if isinstance(x, torch.Tensor) else None for x in fields)
+        scalars = tuple(None if isinstance(x, torch.Tensor) else x for x in fields[2:])
+        return (self.softcap, self.window_left, self.q_len, self.kv_fp8) + scalars, tensors
+
+    @functools.cached_property
     def _fixed_kernel_args(self) -> dict:
         """The part of ``kernel_args`` that is the same on every call (the instance is frozen): built once, as
         the host time of an eager call matters (docs/design.md)."""
