@@ -19,7 +19,7 @@ PY=.venv/bin/python
 [ -x "$PY" ] || make venv > "$OUT/env.txt" 2>&1
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo "${FLASHDECODE_COMMIT:-unknown}")"
+  echo "commit ${FLASHDECODE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
   "$PY" -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)"
 } >> "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
