@@ -6,6 +6,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     PYTHONPATH=<patched tree>/src python scripts/pipeline_probe.py prefetch
     python scripts/pipeline_probe.py dims   # head_dim 64 and 256 tiles (64 x 4096 32/8), page ids prefetched or not
     python scripts/pipeline_probe.py fp8    # tiles for an fp8 cache (e4m3 / e5m2), against the bf16 default
+    python scripts/pipeline_probe.py mha    # MHA rows (12/12, 32/32) with the page ids prefetched, against the default
 """
 
 import itertools
@@ -60,13 +61,23 @@ FP8_ROWS = [
 ]  # fmt: skip
 
 
+# MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
+# paid); None: the default tile
+MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
+MHA_ROWS = [
+    (Row([1024] * 64, 12, 12), "single", MHA_P), (Row([256] * 256, 12, 12), "single", MHA_P),
+    (Row([4096] * 16, 12, 12), "split", MHA_P), (Row([16384] * 4, 12, 12), "split", MHA_P),
+    (Row([65536], 12, 12), "split", MHA_P), (Row([32768], 32, 32), "split", MHA_P),
+]  # fmt: skip
+
+
 def main():
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
     if os.environ.get("FP8_VIA_Q_DTYPE"):
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
-    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS}.get(tag.split("-")[0], ROWS)
+    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS}.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
     print(f"flashdecode from {os.path.dirname(flashdecode.__file__)}", flush=True)
