@@ -7,6 +7,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py dims   # head_dim 64 and 256 tiles (64 x 4096 32/8), page ids prefetched or not
     python scripts/pipeline_probe.py fp8    # tiles for an fp8 cache (e4m3 / e5m2), against the bf16 default
     python scripts/pipeline_probe.py mha    # MHA rows (12/12, 32/32) with the page ids prefetched, against the default
+    python scripts/pipeline_probe.py fp8reg # fp8 tiles under a register cap (maxnreg)
 """
 
 import itertools
@@ -61,6 +62,14 @@ FP8_ROWS = [
 ]  # fmt: skip
 
 
+# the fp8 tiles under a register cap (ptxas .maxnreg): at 128 tokens the single pass holds 2 programs per SM, limited
+# by registers (ncu at 9179439: 8 warps per SM, issue slots 50% busy, DRAM 43%); 168 registers would admit a third
+FP8_REG = [(128, 4, 3, True), (128, 4, 3, True, 168), (128, 4, 3, True, 128), (128, 4, 2, True, 168),
+           (64, 4, 3, True, 128), (32, 4, 3, True)]  # fmt: skip
+FP8_REG_ROWS = [
+    (Row([4096] * 64, 32, 8, kv_dtype="e4m3"), "single", FP8_REG),
+    (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8_REG), (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8_REG),
+]  # fmt: skip
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
@@ -77,7 +86,7 @@ def main():
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
-    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS}.get(tag.split("-")[0], ROWS)
+    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS}.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
     print(f"flashdecode from {os.path.dirname(flashdecode.__file__)}", flush=True)
@@ -105,6 +114,8 @@ def main():
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages) if tile else {}
             if prefetch:
                 cfg["PREFETCH_PAGES"] = prefetch[0]
+            if len(prefetch) > 1:
+                cfg["maxnreg"] = prefetch[1]
             it = itertools.cycle(copies)
             if mode == "split":
                 def fn():
@@ -113,6 +124,7 @@ def main():
                 def fn():
                     return decode_single(*next(it).args, scale, out, None, config=cfg, features=features)
             name = (f"{bn}/{warps}/{stages}" + ("/p" if prefetch and prefetch[0] else "")) if tile else "default"
+            name += f"/r{prefetch[1]}" if len(prefetch) > 1 else ""
             try:
                 err = max_err(fn()[0], ref)
                 assert err < 0.05, f"wrong: err {err}"
