@@ -70,6 +70,14 @@ FP8_REG_ROWS = [
     (Row([4096] * 64, 32, 8, kv_dtype="e4m3"), "single", FP8_REG),
     (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8_REG), (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8_REG),
 ]  # fmt: skip
+# ...and the short-chunk rows, PREFETCH_TILE against FP8_SPLIT_TILE (kept at 7d8c95d from the rows above)
+FP8_SHORT = [(32, 4, 3, True), (64, 4, 3, True, 128)]
+FP8_REG_ROWS += [
+    (Row([2048] * 8, 28, 4, kv_dtype="e4m3"), "split", FP8_SHORT),
+    (Row([2048], 28, 4, kv_dtype="e4m3"), "split", FP8_SHORT),
+    (Row([4096] * 16, 12, 2, kv_dtype="e4m3"), "split", FP8_SHORT),
+    (Row([1024] * 64, 12, 2, kv_dtype="e4m3"), "split", FP8_SHORT),
+]  # fmt: skip
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]

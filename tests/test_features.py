@@ -60,9 +60,13 @@ def test_large_groups_use_head_blocks():
     # ...and the single pass at head_dim 256 (SINGLE_PASS_HEAD_DIM_TILES): 3 stages with the page ids a tile ahead
     deep = launch_config(256, 4, torch.bfloat16, single=True)
     assert (deep["BLOCK_N"], deep["num_stages"], deep["num_warps"], deep["PREFETCH_PAGES"]) == (64, 3, 8, True)
-    # the prefetching 32-token tile, in a 16-bit and in an fp8 cache (kv_itemsize 1: split-K's short chunks)
-    for short in (launch_config(128, 8, torch.bfloat16), launch_config(128, 8, torch.float16, 1, 1)):
-        assert (short["BLOCK_N"], short["num_stages"], short["PREFETCH_PAGES"]) == (32, 3, True)
+    # the prefetching 32-token tile in a 16-bit cache; an fp8 cache's split-K calls (kv_itemsize 1, short chunks
+    # possible) take 64-token prefetching tiles capped at 128 registers (FP8_SPLIT_TILE)
+    short = launch_config(128, 8, torch.bfloat16)
+    assert (short["BLOCK_N"], short["num_stages"], short["PREFETCH_PAGES"]) == (32, 3, True)
+    fp8_split = launch_config(128, 8, torch.float16, 1, 1)
+    assert (fp8_split["BLOCK_N"], fp8_split["num_stages"], fp8_split["PREFETCH_PAGES"], fp8_split["maxnreg"]) == (
+        64, 3, True, 128)  # fmt: skip
     # an fp8 cache's single pass and long chunks: FP8_LONG_TILE
     fp8_single = launch_config(128, 8, torch.bfloat16, 1, 1, single=True)
     for long in (fp8_single, launch_config(128, 4, torch.float16, 1, 1, prefetch=False)):

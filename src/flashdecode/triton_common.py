@@ -121,6 +121,11 @@ PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # 64 x 4096 32/8: e4m3 196.5 us (e5m2 196.8) against 230.0 with PREFETCH_TILE, 330.2 with the plain 64-token tile,
 # and bf16's 242.1
 FP8_LONG_TILE = dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True)
+# ...and an fp8 cache's split-K calls whose chunks may be short (all but the fused merge's): 64-token tiles with the
+# prefetch, capped at 128 registers (ptxas .maxnreg) so more programs fit an SM. pipeline_probe fp8reg at 7d8c95d:
+# 1 x 131072 32/8 e4m3 124.6 us with PREFETCH_TILE -> 111.2 (FP8_LONG_TILE 112.6), 1 x 65536 12/2 22.0 -> 21.9
+# (FP8_LONG_TILE 26.0). The cap does not pay at 128 tokens (198 registers: 168 -> 314.7 us on the single pass)
+FP8_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True, maxnreg=128)
 # ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 64-token tiles: occupancy
 # (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
 # 5.7 -> 5.5 µs, 1 x 128 28/4 4.9 -> 4.6; on the 3-programs-per-SM 64 x 4096 32/8 it took 302 µs instead of 243
@@ -174,7 +179,7 @@ def _launch_config(
     measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``, and ``SINGLE_PASS_HEAD_DIM_TILES``
     over them for the single pass (single). The split-K launcher passes False when its chunks are long (the fused
     merge's batches). An fp8 cache at head_dim 128 (groups of 4-16, one token): ``FP8_LONG_TILE`` for the single pass
-    and long chunks, ``PREFETCH_TILE`` for split-K's short ones.
+    and long chunks, ``FP8_SPLIT_TILE`` for split-K's others.
     """
     import torch
 
@@ -199,7 +204,7 @@ def _launch_config(
         num_stages=stages,
     )
     if q_len == 1 and 4 <= group <= 16 and itemsize == 1 and block_d == 128:
-        cfg.update(PREFETCH_TILE if prefetch and not single else FP8_LONG_TILE)
+        cfg.update(FP8_SPLIT_TILE if prefetch and not single else FP8_LONG_TILE)
     elif q_len == 1 and 4 <= group <= 16 and itemsize == 2:
         if prefetch and PREFETCH_TILE and block_d == 128:
             cfg.update(PREFETCH_TILE)
