@@ -1,7 +1,8 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys. Set VARIANTS to the switches under test (the last ones: the combine planning in place before its PDL
-wait against reading counts the partial programs published, at 5b7ac97; the combine's block of chunks; fewer chunk
-slots, EXTRA_PROGRAMS_PER_SM; earlier: PDL, the heads-first partial grid, the slot plan (docs/design.md), the
+switches buys. Set VARIANTS to the switches under test (the last ones: on the fused merge's rows, the combine launch
+instead of the fused merge, with the planner kernel or the cut computed in place for batches up to 256; before: the
+combine planning in place before its PDL wait against reading counts the partial programs published, at 5b7ac97; the
+combine's block of chunks; fewer chunk slots, EXTRA_PROGRAMS_PER_SM; earlier: PDL, the heads-first partial grid, the slot plan (docs/design.md), the
 planner's target by tile, the in-place plan, the fused merge, combine shapes, split tiles).
 Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
 torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
@@ -46,10 +47,9 @@ DEEP_ROWS = [
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
     ("rule", dict(), "planned"),
-    ("wide64", dict(COMBINE_WIDE=(64, 4)), "planned"),
-    ("wide32", dict(COMBINE_WIDE=(32, 4)), "planned"),
-    ("wide_off", dict(COMBINE_WIDE=None), "planned"),
-    ("fixed", dict(), "fixed"),
+    ("planner_combine", dict(FUSED_COMBINE=False), "planned"),
+    ("inline_combine", dict(FUSED_COMBINE=False, INLINE_PLAN_MAX_BATCH=256), "planned"),
+    ("single", dict(), "single"),
     ("rule_again", dict(), "planned"),
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
