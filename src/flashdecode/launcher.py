@@ -147,13 +147,15 @@ class Replay:
             self.offsets.append(size)
             size += -(-t.numel() * t.element_size() // _WORKSPACE_ALIGN) * _WORKSPACE_ALIGN
         self.workspace_bytes = size
-        self.num_inputs = len(inputs)
         self.launches = []
         for kernel, compiled, grid, args, kwargs in rec.launches:
-            names = set(inspect.signature(kernel.fn).parameters)
-            bound = inspect.signature(kernel.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in names})
+            # every kernel parameter in order, defaults filled, as JITFunction.run hands them to the launcher
+            signature = inspect.signature(kernel.fn)
+            names = set(signature.parameters)
+            bound = signature.bind(*args, **{k: v for k, v in kwargs.items() if k in names})
             bound.apply_defaults()
             values = list(bound.arguments.values())
+            # launch options (num_warps, num_stages, launch_pdl, maxnreg): compiled into the kernel already
             options = {k: v for k, v in kwargs.items() if k not in names}
             slots = []
             for pos, v in enumerate(values):
