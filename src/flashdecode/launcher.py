@@ -120,12 +120,13 @@ class recording:
         return False
 
 
-def replay(key, inputs) -> bool:
-    """Run the launches recorded under ``key`` with these inputs; False (nothing launched) when there is none."""
+def replay(key, inputs, device=None) -> bool:
+    """Run the launches recorded under ``key`` with these inputs (device: the current CUDA device's index, if
+    known); False (nothing launched) when there is none."""
     entry = _cache.get(key)
     if entry is None or entry is UNCACHEABLE:
         return False
-    return entry(inputs)
+    return entry(inputs, device)
 
 
 class _Unresolved(Exception):
@@ -174,9 +175,15 @@ class Replay:
             grid3 = tuple(grid) + (1,) * (3 - len(grid))
             self.launches.append((kernel, compiled, grid3, values, slots, options))
         self.interpreted = any(compiled is None for _, compiled, *_ in self.launches)
+        # what JITFunction.run passes the compiled launcher, looked up once: (launcher, grid, function, metadata)
+        self.runs = [] if self.interpreted else [
+            (compiled.run, grid, compiled.function, compiled.packed_metadata, values, slots)
+            for _, compiled, grid, values, slots, _ in self.launches
+        ]  # fmt: skip
 
-    def __call__(self, inputs) -> bool:
-        knobs, driver = _triton()
+    def __call__(self, inputs, device=None) -> bool:
+        """Launch with these inputs (device: the current CUDA device's index, if the caller has it)."""
+        knobs, get_stream, get_device = _triton()
         if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
             return False  # a profiler wants launch metadata: the JIT path builds it
         if self.interpreted:
@@ -195,22 +202,23 @@ class Replay:
             buffer = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.workspaces[0][2])
             base = buffer.data_ptr()
             ptrs += [base + offset for offset in self.offsets]
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
-        for _, compiled, (g0, g1, g2), values, slots, _ in self.launches:
+        stream = get_stream(get_device() if device is None else device)
+        for run, (g0, g1, g2), function, metadata, values, slots in self.runs:
             args = list(values)
             for pos, slot in slots:
                 args[pos] = ptrs[slot]
-            compiled.run(g0, g1, g2, stream, compiled.function, compiled.packed_metadata, None, None, None, *args)
+            run(g0, g1, g2, stream, function, metadata, None, None, None, *args)
         return True
 
 
 @functools.cache
 def _triton():
-    """(triton.knobs, the active driver), imported on first replay: importing flashdecode imports no triton."""
+    """(triton.knobs, the driver's current-stream and current-device functions), imported on first replay:
+    importing flashdecode imports no triton."""
     from triton import knobs
     from triton.runtime.driver import driver
 
-    return knobs, driver
+    return knobs, driver.active.get_current_stream, driver.active.get_current_device
 
 
 def _hooked(hook) -> bool:
