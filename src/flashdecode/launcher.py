@@ -183,8 +183,8 @@ class Replay:
 
     def __call__(self, inputs, device=None) -> bool:
         """Launch with these inputs (device: the current CUDA device's index, if the caller has it)."""
-        knobs, get_stream, get_device = _triton()
-        if _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook):
+        runtime = _knobs().runtime
+        if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
             return False  # a profiler wants launch metadata: the JIT path builds it
         if self.interpreted:
             # the interpreter: kernel[grid] with tensors
@@ -202,6 +202,7 @@ class Replay:
             buffer = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.workspaces[0][2])
             base = buffer.data_ptr()
             ptrs += [base + offset for offset in self.offsets]
+        get_stream, get_device = _stream_functions()
         stream = get_stream(get_device() if device is None else device)
         for run, (g0, g1, g2), function, metadata, values, slots in self.runs:
             args = list(values)
@@ -212,13 +213,20 @@ class Replay:
 
 
 @functools.cache
-def _triton():
-    """(triton.knobs, the driver's current-stream and current-device functions), imported on first replay:
-    importing flashdecode imports no triton."""
+def _knobs():
+    """triton.knobs, imported on first replay: importing flashdecode imports no triton."""
     from triton import knobs
+
+    return knobs
+
+
+@functools.cache
+def _stream_functions():
+    """The active GPU driver's current-stream and current-device functions (compiled replays only: the
+    interpreter has no driver)."""
     from triton.runtime.driver import driver
 
-    return knobs, driver.active.get_current_stream, driver.active.get_current_device
+    return driver.active.get_current_stream, driver.active.get_current_device
 
 
 def _hooked(hook) -> bool:
