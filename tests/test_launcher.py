@@ -161,3 +161,26 @@ def test_append_kv_replays_onto_new_tensors(device, monkeypatch):
         append_kv(k, v, *expected, slot_mapping, backend="torch")
         assert all(torch.equal(got.cpu(), want.cpu()) for got, want in zip(caches, expected))
     assert len(runs) == 1
+
+
+def test_compiled_replay_passes_what_jit_run_passes():
+    """The compiled replay's generated function calls each kernel's launcher as JITFunction.run ends: grid, stream,
+    function, metadata, no launch metadata or hooks, then every argument, constants as recorded and each slot from
+    the addresses it is given (checked here with stand-in compiled kernels, on any machine)."""
+    calls = []
+
+    class Compiled:
+        def __init__(self, name):
+            self.function, self.packed_metadata = f"fn-{name}", (4, 1, 0)
+            self.run = lambda *args: calls.append(args)
+
+    launches = [
+        (None, Compiled("a"), (3, 2, 1), [None, 7, None, 0.5, "x"], [(0, 1), (2, 0)], {}),
+        (None, Compiled("b"), (5, 1, 1), [None, None], [(0, 2), (1, 1)], {}),
+    ]
+    launch_all = launcher._straight_line(launches)
+    launch_all([1000, 2000, 3000], "stream")
+    assert calls == [
+        (3, 2, 1, "stream", "fn-a", (4, 1, 0), None, None, None, 2000, 7, 1000, 0.5, "x"),
+        (5, 1, 1, "stream", "fn-b", (4, 1, 0), None, None, None, 3000, 2000),
+    ]

@@ -77,11 +77,12 @@ def _replay_key(inputs, backend):
     """The cached launcher's key (launcher.py): the backend asked for, every input's metadata (all that _validate
     reads), the current device and how the addresses relate. A call is only recorded after its metadata passed
     _validate, so a key that replays was checked. None (run the host code) for a non-tensor input or when off."""
-    if not launcher.ENABLED or any(type(t) is not torch.Tensor for t in inputs):
+    ptrs = launcher.addresses(inputs) if launcher.ENABLED else None
+    if ptrs is None or None in ptrs:
         return None
     meta = tuple((t.shape, t.stride(), t.dtype, t.device) for t in inputs)
     device = torch.cuda.current_device() if inputs[0].is_cuda else None
-    return ("append_kv", backend, device, meta, launcher.address_key(inputs))
+    return ("append_kv", backend, device, meta, launcher.address_key(ptrs))
 
 
 def _interpreting() -> bool:

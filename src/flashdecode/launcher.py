@@ -70,20 +70,27 @@ def workspace(shape, dtype, device) -> torch.Tensor:
     return t
 
 
-def address_key(inputs) -> tuple | None:
-    """How the inputs' addresses relate, as a replay needs them unchanged: for each input (None allowed), the index
-    of the first input at the same address, and the address modulo 16. None when an input is not a plain tensor (a
-    subclass such as a fake tensor may have no address): not replayed."""
-    first, key = {}, []
-    for i, t in enumerate(inputs):
-        if t is None:
-            key.append(None)
-            continue
-        if type(t) is not torch.Tensor:
+def addresses(inputs) -> list | None:
+    """Each input's address (None for None), or None when an input is not a plain tensor (a subclass such as a fake
+    tensor may have no address): not replayed."""
+    ptrs = []
+    for t in inputs:
+        if t is not None and type(t) is not torch.Tensor:
             return None
-        ptr = t.data_ptr()
-        key.append((first.setdefault(ptr, i), ptr & 15))
-    return tuple(key)
+        ptrs.append(t.data_ptr() if t is not None else None)
+    return ptrs
+
+
+def address_key(ptrs) -> tuple:
+    """How the inputs' addresses (``addresses``) relate, as a replay needs them unchanged: each address modulo 16
+    (None for a missing input), and which inputs share an address (None when none do, the common case; else the
+    index of the first input at each one's address)."""
+    align = tuple(p & 15 if p is not None else None for p in ptrs)
+    present = [p for p in ptrs if p is not None]
+    if len(set(present)) == len(present):
+        return align, None
+    first = {}
+    return align, tuple(first.setdefault(p, i) if p is not None else None for i, p in enumerate(ptrs))
 
 
 class _Recording:
@@ -120,13 +127,13 @@ class recording:
         return False
 
 
-def replay(key, inputs, device=None) -> bool:
-    """Run the launches recorded under ``key`` with these inputs (device: the current CUDA device's index, if
-    known); False (nothing launched) when there is none."""
+def replay(key, inputs, device=None, ptrs=None) -> bool:
+    """Run the launches recorded under ``key`` with these inputs (device: the current CUDA device's index, ptrs:
+    the inputs' addresses, if known); False (nothing launched) when there is none."""
     entry = _cache.get(key)
     if entry is None or entry is UNCACHEABLE:
         return False
-    return entry(inputs, device)
+    return entry(inputs, device, ptrs)
 
 
 class _Unresolved(Exception):
@@ -175,14 +182,11 @@ class Replay:
             grid3 = tuple(grid) + (1,) * (3 - len(grid))
             self.launches.append((kernel, compiled, grid3, values, slots, options))
         self.interpreted = any(compiled is None for _, compiled, *_ in self.launches)
-        # what JITFunction.run passes the compiled launcher, looked up once: (launcher, grid, function, metadata)
-        self.runs = [] if self.interpreted else [
-            (compiled.run, grid, compiled.function, compiled.packed_metadata, values, slots)
-            for _, compiled, grid, values, slots, _ in self.launches
-        ]  # fmt: skip
+        self.launch_all = None if self.interpreted else _straight_line(self.launches)
 
-    def __call__(self, inputs, device=None) -> bool:
-        """Launch with these inputs (device: the current CUDA device's index, if the caller has it)."""
+    def __call__(self, inputs, device=None, ptrs=None) -> bool:
+        """Launch with these inputs (device: the current CUDA device's index, ptrs: the inputs' addresses, if the
+        caller has them)."""
         runtime = _knobs().runtime
         if _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook):
             return False  # a profiler wants launch metadata: the JIT path builds it
@@ -197,19 +201,33 @@ class Replay:
             return True
         # the compiled launchers take raw addresses (no per-argument cuPointerGetAttribute); one allocation for the
         # workspaces, alive until every launch is queued (then freed in stream order, as a torch.empty would be)
-        ptrs = [t.data_ptr() if t is not None else None for t in inputs]
+        ptrs = list(ptrs) if ptrs is not None else [t.data_ptr() if t is not None else None for t in inputs]
         if self.workspaces:
             buffer = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=self.workspaces[0][2])
             base = buffer.data_ptr()
             ptrs += [base + offset for offset in self.offsets]
         get_stream, get_device = _stream_functions()
-        stream = get_stream(get_device() if device is None else device)
-        for run, (g0, g1, g2), function, metadata, values, slots in self.runs:
-            args = list(values)
-            for pos, slot in slots:
-                args[pos] = ptrs[slot]
-            run(g0, g1, g2, stream, function, metadata, None, None, None, *args)
+        self.launch_all(ptrs, get_stream(get_device() if device is None else device))
         return True
+
+
+def _straight_line(launches):
+    """One Python function that makes every recorded launch as JITFunction.run ends it (the compiled launcher with
+    the grid, stream, function, metadata, no hooks, then every kernel argument), constants by name and each slot as
+    ``ptrs[i]``: no per-call loop over ~50 arguments a kernel."""
+    names, lines = {}, []
+    for i, (_, compiled, grid, values, slots, _) in enumerate(launches):
+        names.update(
+            {f"run{i}": compiled.run, f"function{i}": compiled.function, f"metadata{i}": compiled.packed_metadata}
+        )  # fmt: skip
+        args = [f"c{i}_{pos}" for pos in range(len(values))]
+        names.update({f"c{i}_{pos}": v for pos, v in enumerate(values)})
+        for pos, slot in slots:
+            args[pos] = f"ptrs[{slot}]"
+        lines.append(f"    run{i}({grid[0]}, {grid[1]}, {grid[2]}, stream, function{i}, metadata{i}, None, None, None, "
+                     + ", ".join(args) + ")")  # fmt: skip
+    exec("def launch_all(ptrs, stream):\n" + "\n".join(lines), names)  # noqa: S102 - source built above
+    return names["launch_all"]
 
 
 @functools.cache
