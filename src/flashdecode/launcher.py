@@ -12,9 +12,10 @@ launches, and later calls replay them:
 - ``Replay`` resolves each recorded tensor argument to the call input it points at (by address: the backends pass
   views of the inputs that start where they do) or to a workspace. A launch with an argument it cannot resolve (a
   tensor that is neither, or an object that holds an address, like a TMA descriptor) makes the key uncacheable.
-- A replay allocates the workspaces and hands the arguments straight to each compiled kernel's launcher, the call
-  that ``JITFunction.run`` ends with. Under the interpreter it calls ``kernel[grid]`` with the rebuilt arguments, so
-  the CPU tests exercise the same resolution.
+- A replay allocates the workspaces (one buffer) and hands the arguments straight to each compiled kernel's
+  launcher, the call that ``JITFunction.run`` ends with, from one generated straight-line function per recording.
+  Under the interpreter it calls ``kernel[grid]`` with the rebuilt arguments, so the CPU tests exercise the same
+  resolution. ``append_kv`` records and replays its launch the same way.
 
 What makes a replay valid: the key holds everything the host work reads (the caller's options and the metadata of
 every input), and how the inputs' addresses relate: which of them are the same address (out = q), and each address
