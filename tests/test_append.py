@@ -76,8 +76,9 @@ def test_triton_skips_slots_outside_the_pool(device):
         (dict(k_shape=(3, 2, 8)), ValueError, r"k must be \[N, Hkv, D\] = \[N, 1, 8\], got \(3, 2, 8\)"),
         (dict(num_slots=2), ValueError, r"slot_mapping must be \[N\] with N = 3"),
         (dict(backend="cuda"), ValueError, "backend must be one of"),
+        (dict(backend=["triton"]), ValueError, "backend must be one of"),
     ],
-    ids=["fp8-cache", "k-dtype", "slot-dtype", "k-shape", "slot-count", "backend"],
+    ids=["fp8-cache", "k-dtype", "slot-dtype", "k-shape", "slot-count", "backend", "backend-list"],
 )
 def test_append_errors_name_the_argument(change, error, match):
     k_cache = torch.zeros(2, 4, 1, 8, dtype=change.get("k_cache_dtype", torch.float32))

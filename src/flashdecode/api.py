@@ -148,7 +148,7 @@ def decode_attention(
         key = None
         if meta is not None and not checked and launcher.ENABLED:
             device = torch.cuda.current_device() if q.is_cuda else None
-            options = (backend, num_splits, softmax_scale, return_lse, deterministic, device, feature_fields)
+            options = (backend, num_splits, softmax_scale, bool(return_lse), deterministic, device, feature_fields)
             ptrs = launcher.addresses(inputs)
             key = (meta, options, launcher.address_key(ptrs)) if ptrs is not None else None
             if key is not None and launcher.replay(key, inputs, device, ptrs):

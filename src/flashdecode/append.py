@@ -77,7 +77,9 @@ def _replay_key(inputs, backend):
     """The cached launcher's key (launcher.py): the backend asked for, every input's metadata (all that _validate
     reads), the current device and how the addresses relate. A call is only recorded after its metadata passed
     _validate, so a key that replays was checked. None (run the host code) for a non-tensor input or when off."""
-    ptrs = launcher.addresses(inputs) if launcher.ENABLED else None
+    # a backend that is not one of ours goes to _validate's error (and may not even hash)
+    valid_backend = isinstance(backend, str) and backend in APPEND_BACKENDS
+    ptrs = launcher.addresses(inputs) if launcher.ENABLED and valid_backend else None
     if ptrs is None or None in ptrs:
         return None
     meta = tuple((t.shape, t.stride(), t.dtype, t.device) for t in inputs)
