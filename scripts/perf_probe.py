@@ -43,21 +43,6 @@ DEEP_ROWS = [
     Row([8192], 32, 8, 256), Row([32768], 32, 8, 256), Row([4096] * 8, 32, 8, 256), Row([4096] * 16, 32, 8, 256),
     Row([4096] * 32, 32, 8, 256), Row([4096] * 64, 32, 8, 256), Row([16384] * 4, 16, 16, 256),
 ]  # fmt: skip
-# `perf_probe.py prefetch`: planned rows, planner-fed and in place, for the pre-wait L2 prefetch
-PREFETCH_ROWS = [
-    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
-    Row([4096] * 64, 32, 8), Row([3064] * 64, 32, 8), Row([131072] + [1024] * 63, 32, 8), Row([2048] * 8, 28, 4),
-    Row([1024] * 16, 32, 8), Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([8192], 32, 32),
-]  # fmt: skip
-PREFETCH_VARIANTS = [
-    ("rule", dict(), "planned"),
-    ("pf32", dict(PRE_WAIT_PREFETCH_TOKENS=32), "planned"),
-    ("pf64", dict(PRE_WAIT_PREFETCH_TOKENS=64), "planned"),
-    ("pf128", dict(PRE_WAIT_PREFETCH_TOKENS=128), "planned"),
-    ("pf8mb", dict(PRE_WAIT_PREFETCH_TOKENS=-8), "planned"),
-    ("pf16mb", dict(PRE_WAIT_PREFETCH_TOKENS=-16), "planned"),
-    ("rule_again", dict(), "planned"),
-]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
@@ -74,7 +59,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "PRE_WAIT_PREFETCH_TOKENS")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
 
 
 def set_variant(attrs):
@@ -105,14 +90,12 @@ def profile_row(row, fn, log):
 def main():
     deep = sys.argv[1:] == ["deep"]
     fused = sys.argv[1:] == ["fused"]
-    prefetch = sys.argv[1:] == ["prefetch"]
-    variants = PREFETCH_VARIANTS if prefetch else VARIANTS
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
     table = []
-    for row in DEEP_ROWS if deep else (FUSED_ROWS if fused else (PREFETCH_ROWS if prefetch else ROWS)):
+    for row in DEEP_ROWS if deep else (FUSED_ROWS if fused else ROWS):
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
         )  # fmt: skip
@@ -122,7 +105,7 @@ def main():
         results = []
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         runs = []
-        for name, attrs, mode in variants:
+        for name, attrs, mode in VARIANTS:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
                 runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]

@@ -96,36 +96,6 @@ def let_next_start(USE_PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-@triton.jit
-def prefetch_tokens_l2(
-    K, V, BLOCK_ROW, stride_btp, first, end, stride_kp, stride_kt, stride_vp, stride_vt,
-    PAGE_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr,
-):  # fmt: skip
-    """Ask L2 for the K and V rows of tokens [first, min(first + TOKENS, end)) of one KV head (K, V offset to it):
-    one ``prefetch.global.L2`` per 128-byte line, which writes no register and waits for nothing, so a program can
-    start its first tiles' DRAM traffic while it waits (for the planner kernel). Only the page ids are loaded."""
-    offs_t = first + tl.arange(0, TOKENS)
-    mask_t = offs_t < end
-    page = tl.load(BLOCK_ROW + (offs_t // PAGE_SIZE) * stride_btp, mask=mask_t, other=0).to(tl.int64)
-    row = (offs_t % PAGE_SIZE).to(tl.int64)
-    # [TOKENS, LINES] one address per 128-byte line of a token's row
-    ELEM_BYTES: tl.constexpr = K.dtype.element_ty.primitive_bitwidth // 8
-    LINE: tl.constexpr = 128 // ELEM_BYTES
-    offs_l = tl.arange(0, (BLOCK_D * ELEM_BYTES + 127) // 128) * LINE
-    mask = mask_t[:, None] & (offs_l[None, :] < BLOCK_D)
-    _prefetch_lines(K + page[:, None] * stride_kp + row[:, None] * stride_kt + offs_l[None, :], mask)
-    _prefetch_lines(V + page[:, None] * stride_vp + row[:, None] * stride_vt + offs_l[None, :], mask)
-
-
-@triton.jit
-def _prefetch_lines(ptrs, mask):
-    """``prefetch.global.L2`` of the line holding each unmasked address (no result, no wait)."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-        "=r,l,r", [ptrs, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
-    )  # fmt: skip
-
-
 # below this many query heads per KV head, products run on the CUDA cores instead of tl.dot. Measured on the H200
 # (scripts/sweep.py): tl.dot won even for MHA (group 1 padded to 16 rows), so every group uses it
 DOT_MIN_GROUP = 1

@@ -61,7 +61,6 @@ from .triton_common import (
     next_power_of_2,
     store_group,
     use_pdl,
-    prefetch_tokens_l2,
     wait_for_previous,
     window_start,
     window_starts,
@@ -134,9 +133,6 @@ MERGE_UNROLL = 2
 # (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384). "deep" (head dims above 128) keeps the order its groups >= 4 had
 # as "grouped"
 PARTIAL_HEADS_FIRST = ("grouped", "deep")
-# planned mode on a GPU with PDL: tokens of sequence b whose K/V rows slot b's programs ask L2 for before their
-# wait (``prefetch_tokens_l2``); 0: off
-PRE_WAIT_PREFETCH_TOKENS = 0
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -452,7 +448,6 @@ def _partial_kernel(
     NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr,
     OVERHEAD: tl.constexpr,
-    PRE_WAIT_TOKENS: tl.constexpr = 0,
 ):
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
     # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
@@ -466,18 +461,6 @@ def _partial_kernel(
         num_head_ids = tl.num_programs(1)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
-    if PRE_WAIT_TOKENS > 0 and NUM_SPLITS == 0:
-        # planned mode, before the plan is known: slot b < B asks L2 for sequence b's first tokens (every call reads
-        # them, and the K/V rows cannot change: the planner started after every earlier kernel had finished), so
-        # DRAM works while the planner runs; the page ids and the length are the only loads
-        if (chunk_id < batch) & (head_block == 0):
-            len0 = tl.load(SEQLENS + chunk_id * stride_sl)
-            prefetch_tokens_l2(
-                K + kv_head.to(tl.int64) * stride_kh, V + kv_head.to(tl.int64) * stride_vh,
-                BLOCK_TABLE + chunk_id.to(tl.int64) * stride_btb, stride_btp,
-                window_start(len0, window, HAS_WINDOW, Q_LEN), len0, stride_kp, stride_kt, stride_vp, stride_vt,
-                PAGE_SIZE, BLOCK_D, PRE_WAIT_TOKENS,
-            )  # fmt: skip
     # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
@@ -761,16 +744,6 @@ def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int
     return FUSED_COMBINE and pairs and SATURATION_PER_SM * num_sms <= FUSED_EXPECTED_CHUNKS * batch * num_kv_heads
 
 
-def pre_wait_tokens(batch: int, num_kv_heads: int, head_dim: int, itemsize: int) -> int:
-    """Tokens per sequence that the planned partial programs prefetch before their wait (PRE_WAIT_PREFETCH_TOKENS;
-    a negative value -M: as many as make about M MiB in all, 16 to 1024)."""
-    if PRE_WAIT_PREFETCH_TOKENS >= 0:
-        return PRE_WAIT_PREFETCH_TOKENS
-    per_token = 2 * head_dim * itemsize * batch * num_kv_heads
-    tokens = max(1, (-PRE_WAIT_PREFETCH_TOKENS << 20) // per_token)
-    return min(1024, max(16, 1 << (tokens.bit_length() - 1)))
-
-
 def inline_block_b(batch: int) -> int:
     """The in-place plan's lengths tile: the batch padded to a power of two, but 8 for 3-8 sequences. ptxas gives the
     partial kernel 160-167 registers with a tile of 4 (3 programs per SM instead of 4: 4 x 16384 12/2 took 31.7 us
@@ -905,8 +878,7 @@ def decode_splitk(
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
-        PRE_WAIT_TOKENS=pre_wait_tokens(batch, num_kv_heads, head_dim, k_cache.element_size()) if pdl and not fixed
-        else 0, **(inline or _NO_INLINE_PLAN),
+        **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
     )  # fmt: skip
     if combine:
