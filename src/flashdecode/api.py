@@ -26,6 +26,11 @@ BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
 DETERMINISTIC = object()
+# ...and for a speculative planned call: the single pass first, writing only if the lengths are even
+SPECULATIVE = object()
+# "auto" speculates when B * Hkv gives every SM at least this many single-pass programs (and fewer than the
+# planner's target, above which it runs the single pass outright): docs/design.md, "The `auto` rule"
+SPECULATE_MIN_PROGRAMS_PER_SM = 2
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # multi-token queries (speculative verification): at most this many new tokens per sequence
 MAX_Q_LEN = 8
@@ -203,9 +208,15 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     target = splitk.planner_target(
         q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads
     )  # fmt: skip
-    full = batch * num_kv_heads >= target * _num_sms(q.device)
+    sms = _num_sms(q.device)
+    full = batch * num_kv_heads >= target * sms
     if max_tokens <= SINGLE_PASS_MAX_TOKENS or full or q.shape[0] > splitk.MAX_PLANNED_BATCH:
         return "triton", 1
+    # enough programs for the single pass if the lengths are even, which only the device knows: both paths are
+    # launched and the lengths pick one; without PDL the planned kernels could not overlap the single pass
+    if SPECULATE_MIN_PROGRAMS_PER_SM and batch * num_kv_heads >= SPECULATE_MIN_PROGRAMS_PER_SM * sms:
+        if common.use_pdl(q.device) or common.interpreting():
+            return "triton_splitk", SPECULATIVE
     return "triton_splitk", None
 
 
@@ -249,13 +260,15 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
 def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
     splitk = _kernels()[2]
     split_tokens = None
+    speculative = num_splits is SPECULATIVE
     if num_splits is DETERMINISTIC:
         num_splits, split_tokens = None, splitk.DETERMINISTIC_SPLIT_TOKENS
-    elif num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH:
-        num_splits = 1
+    elif speculative or (num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH):
+        num_splits = None if speculative else 1
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
         num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
+        speculative=speculative,
     )  # fmt: skip
 
 

@@ -25,9 +25,12 @@ from .triton_common import (
     attend_group,
     cdiv,
     dot_in_fp32,
+    even_batch,
     launch_config,
+    let_next_start,
     next_power_of_2,
     store_group,
+    use_pdl,
     window_start,
 )
 
@@ -84,7 +87,15 @@ def _decode_single_kernel(
     KV_FP8: tl.constexpr,
     SCALE_PTR: tl.constexpr,
     PREFETCH_PAGES: tl.constexpr,
+    EVEN_B: tl.constexpr = 0,
+    USE_PDL: tl.constexpr = False,
 ):
+    if EVEN_B:
+        # speculative call (decode_splitk): the planned kernels launched after this one may start now; every
+        # program of them and of this grid computes the same test, so exactly one path writes the output
+        let_next_start(USE_PDL)
+        if not even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN):
+            return
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
@@ -120,7 +131,7 @@ def row_strides(t) -> tuple[int, int, int]:
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None,
+    num_sms=None, even_only=False,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -132,6 +143,8 @@ def decode_single(
         features: ``triton_common.Features`` (softcap, ALiBi, sinks, window, q_len, fp8 scales); None = none.
         num_sms: the device's SM count, if known: a grid of at most that many programs takes
             ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies.
+        even_only: the first launch of a speculative split-K call: the programs write only if the batch is even
+            (``triton_common.even_batch``), and let the planned kernels that follow start at once.
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -167,6 +180,7 @@ def decode_single(
         stride_ob=stride_ob, stride_ot=stride_ot, stride_oh=stride_oh,
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
+        EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=even_only and use_pdl(q.device),
         **features.kernel_args(cache_seqlens), **cfg,
     )  # fmt: skip
     return out, lse

@@ -55,6 +55,7 @@ from .triton_common import (
     attend_group,
     cdiv,
     dot_in_fp32,
+    even_batch,
     group_rows,
     launch_config,
     let_next_start,
@@ -65,7 +66,7 @@ from .triton_common import (
     window_start,
     window_starts,
 )
-from .triton_single import as_rows
+from .triton_single import as_rows, decode_single
 
 __all__ = [
     "decode_splitk", "split_config", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan",
@@ -186,13 +187,17 @@ def _plan_kernel(
     SEQLENS, PLAN, COUNTERS, num_counters, batch, num_kv_heads, max_chunks, stride_sl, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    Q_LEN: tl.constexpr, USE_PDL: tl.constexpr,
+    Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
     sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Also zeroes the num_counters int32
-    COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I."""
+    COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I. EVEN_B > 0 (speculative call):
+    nothing to do when the batch is even (the single pass before it writes the output)."""
     let_next_start(USE_PDL)
+    if EVEN_B:
+        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
+            return
     chunk, n, incl, offs_b, lens = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
@@ -448,7 +453,12 @@ def _partial_kernel(
     NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr,
     OVERHEAD: tl.constexpr,
+    EVEN_B: tl.constexpr = 0,
 ):
+    if EVEN_B:
+        # speculative call: an even batch is the single pass's (before the wait: the lengths are an input)
+        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
+            return
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
     # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
     if HEADS_FIRST:
@@ -537,7 +547,12 @@ def _combine_kernel(
     OVERHEAD: tl.constexpr,
     HAS_WINDOW: tl.constexpr,
     Q_LEN: tl.constexpr,
+    EVEN_B: tl.constexpr = 0,
 ):
+    if EVEN_B:
+        # speculative call: an even batch is the single pass's (before the wait: the lengths are an input)
+        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
+            return
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
     row = tl.program_id(0)
     seq = tl.program_id(1)
@@ -673,12 +688,13 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None,
+    counters=None, speculative=False,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
     saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
-    combine's int32 arrival counters, zeroed by the planner (None: not fused)."""
+    combine's int32 arrival counters, zeroed by the planner (None: not fused). speculative: launched after the
+    single pass of a speculative call (``decode_splitk``), with PDL when pdl, and idle on an even batch."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -692,6 +708,7 @@ def launch_plan(
         BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
+        EVEN_B=block_b if speculative else 0, **({"launch_pdl": True} if pdl and speculative else {}),
     )  # fmt: skip
     return plan
 
@@ -763,7 +780,7 @@ def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
 
 def launch_combine(
     o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None, merged_max=1, inline=None,
+    num_sms=None, merged_max=1, inline=None, even=None,
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
@@ -776,7 +793,9 @@ def launch_combine(
     planner wrote; inline (``inline_plan_args`` plus the lengths, for the in-place plan): it computes them from the
     lengths before its PDL wait, overlapping the partial kernel's last programs (H200, perf_probe at 5b7ac97, against
     reading counts the partial programs published: 8 x 2048 28/4 18.9 -> 17.6 us, 16 x 4096 12/2 28.2 -> 26.1,
-    16 x 4096 12/12 102.8 -> 100.7; computing them after the wait had cost 1 x 65536 12/2 4 us, probe 4345621)."""
+    16 x 4096 12/12 102.8 -> 100.7; computing them after the wait had cost 1 x 65536 12/2 4 us, probe 4345621).
+    even: a speculative call's EVEN_B and the lengths arguments of ``even_batch`` (the combine is idle on an even
+    batch)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -792,14 +811,14 @@ def launch_combine(
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
-        USE_PDL=pdl, MERGED_MAX=merged_max, **(inline or _NO_COMBINE_PLAN),
+        USE_PDL=pdl, MERGED_MAX=merged_max, **{**(inline or _NO_COMBINE_PLAN), **(even or {})},
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
 
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
-    config=None, return_partials=False, features=None, split_tokens=None,
+    config=None, return_partials=False, features=None, split_tokens=None, speculative=False,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -807,6 +826,9 @@ def decode_splitk(
         num_splits: None for the planned mode, or S >= 1 for S splits per sequence (fixed mode).
         num_sms: SMs to plan for (planned mode); defaults to the device's.
         split_tokens: deterministic mode: splits of this many tokens (a multiple of BLOCK_N); num_splits must be None.
+        speculative: planned mode only. First launch the single pass, whose programs write only if the batch is even
+            (``triton_common.even_batch``), then the planned kernels, whose programs return at once on an even
+            batch: no host sync, one CUDA graph for both outcomes (docs/design.md, "The `auto` rule").
         return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
             [chunks, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
             straight to ``out`` and leave their rows unset). Partials hold no sink (it joins in the combine).
@@ -820,8 +842,14 @@ def decode_splitk(
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
+    assert not speculative or (num_splits is None and not split_tokens), "speculative calls are planned"
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    if speculative:
+        decode_single(
+            q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
+            num_sms=num_sms, even_only=True,
+        )  # fmt: skip
     fused = num_splits is None and not split_tokens
     fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     cfg, saturation, heads_first = split_config(
@@ -858,7 +886,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters,
+            counters, speculative,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
@@ -879,7 +907,8 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
-        **fargs, **cfg, **({"launch_pdl": True} if pdl and not (fixed or inline) else {}),
+        **fargs, **cfg, **({"launch_pdl": True} if pdl and (speculative or not (fixed or inline)) else {}),
+        EVEN_B=next_power_of_2(batch) if speculative else 0,
     )  # fmt: skip
     if combine:
         combine_plan = None
@@ -891,6 +920,10 @@ def decode_splitk(
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
+            even=dict(
+                EVEN_B=next_power_of_2(batch), SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0),
+                window=fargs["window"], HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
+            ) if speculative else None,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
