@@ -53,8 +53,10 @@ SPECULATE_ROWS = [
     Row([1024 + i * 389 % 3073 for i in range(64)], 32, 8), Row([1024] * 64, 12, 2),
 ]  # fmt: skip
 SPECULATE_VARIANTS = [
-    ("rule", dict(), "planned"), ("speculative", dict(), "speculative"), ("single", dict(), "single"),
-    ("rule_again", dict(), "planned"), ("speculative_again", dict(), "speculative"),
+    ("rule", dict(), "planned"), ("spec", dict(), "speculative"),
+    ("spec_pf", dict(SPECULATE_PLANNER_FIRST=True), "speculative"), ("single", dict(), "single"),
+    ("single_even", dict(), "single_even"), ("rule_again", dict(), "planned"), ("spec_again", dict(), "speculative"),
+    ("spec_pf_again", dict(SPECULATE_PLANNER_FIRST=True), "speculative"),
 ]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
@@ -72,7 +74,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "SPECULATE_PLANNER_FIRST")}
 
 
 def set_variant(attrs):
@@ -132,8 +134,9 @@ def main():
             out = torch.empty_like(c.q)
 
             def fn():
-                if mode == "single":
-                    return decode_single(*next(it).args, scale, out, None, num_sms=sms)
+                if mode in ("single", "single_even"):
+                    # single_even: the speculative call's single pass alone (its evenness test, no planned kernels)
+                    return decode_single(*next(it).args, scale, out, None, num_sms=sms, even_only=mode == "single_even")
                 splits = None if mode in ("planned", "speculative") else mode
                 return triton_splitk.decode_splitk(
                     *next(it).args, scale, out, None, num_splits=splits, speculative=mode == "speculative"
