@@ -31,7 +31,6 @@ from .triton_common import (
     next_power_of_2,
     store_group,
     use_pdl,
-    wait_for_previous,
     window_start,
 )
 
@@ -90,7 +89,6 @@ def _decode_single_kernel(
     PREFETCH_PAGES: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
     USE_PDL: tl.constexpr = False,
-    AFTER_PLANNER: tl.constexpr = False,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -103,10 +101,6 @@ def _decode_single_kernel(
         # them and of this grid computes the same test, so exactly one path writes the output
         let_next_start(USE_PDL)
         if not even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN):
-            if AFTER_PLANNER:
-                # launched after the planner: waiting for it here makes the partial kernel's wait (for this grid)
-                # cover the plan
-                wait_for_previous(USE_PDL)
             return
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
@@ -138,7 +132,7 @@ def row_strides(t) -> tuple[int, int, int]:
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None, even_only=False, after_planner=False,
+    num_sms=None, even_only=False,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -151,8 +145,7 @@ def decode_single(
         num_sms: the device's SM count, if known: a grid of at most that many programs takes
             ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies.
         even_only: the first launch of a speculative split-K call: the programs write only if the batch is even
-            (``triton_common.even_batch``), and let the planned kernels that follow start at once. after_planner: it
-            follows the planner kernel (launched with PDL, it waits for the planner on an uneven batch).
+            (``triton_common.even_batch``), and let the planned kernels that follow start at once.
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -189,7 +182,6 @@ def decode_single(
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=even_only and use_pdl(q.device),
-        AFTER_PLANNER=after_planner, **({"launch_pdl": True} if after_planner and use_pdl(q.device) else {}),
         **features.kernel_args(cache_seqlens), **cfg,
     )  # fmt: skip
     return out, lse

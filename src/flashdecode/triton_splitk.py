@@ -134,9 +134,6 @@ MERGE_UNROLL = 2
 # (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384). "deep" (head dims above 128) keeps the order its groups >= 4 had
 # as "grouped"
 PARTIAL_HEADS_FIRST = ("grouped", "deep")
-# speculative calls with a planner kernel: the planner first, then the single pass (which waits for the planner on
-# an uneven batch), rather than the single pass first
-SPECULATE_PLANNER_FIRST = False
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -691,14 +688,13 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, after_single=False, speculative=False,
+    counters=None, speculative=False,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
     saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
-    combine's int32 arrival counters, zeroed by the planner (None: not fused). speculative: part of a speculative
-    call (``decode_splitk``): idle on an even batch; after_single: launched after its single pass, with PDL when
-    pdl."""
+    combine's int32 arrival counters, zeroed by the planner (None: not fused). speculative: launched after the
+    single pass of a speculative call (``decode_splitk``), with PDL when pdl, and idle on an even batch."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -712,7 +708,7 @@ def launch_plan(
         BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
-        EVEN_B=block_b if speculative else 0, **({"launch_pdl": True} if pdl and after_single else {}),
+        EVEN_B=block_b if speculative else 0, **({"launch_pdl": True} if pdl and speculative else {}),
     )  # fmt: skip
     return plan
 
@@ -879,8 +875,8 @@ def decode_splitk(
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
-    planner_first = speculative and SPECULATE_PLANNER_FIRST and not (fixed or inline)
-    if speculative and not planner_first:
+    if speculative:
+        # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
             num_sms=num_sms, even_only=True,
@@ -891,12 +887,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, speculative and not planner_first, speculative,
-        )  # fmt: skip
-    if planner_first:
-        decode_single(
-            q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
-            num_sms=num_sms, even_only=True, after_planner=True,
+            counters, speculative,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
