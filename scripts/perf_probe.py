@@ -1,5 +1,5 @@
 """Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys. Set VARIANTS to the switches under test (`speculate`: the speculative call against the planned path and the
+switches buys. Set VARIANTS to the switches under test (`dual`: the dual-path call against the planned path and the
 single pass; before: on the fused merge's rows, the combine launch
 instead of the fused merge, with the planner kernel or the cut computed in place for batches up to 256; before: the
 combine planning in place before its PDL wait against reading counts the partial programs published, at 5b7ac97; the
@@ -11,7 +11,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py            # head dim 128 rows
     python scripts/perf_probe.py deep       # head dim 256 rows (the single pass on every row)
     python scripts/perf_probe.py fused      # the fused merge's rows
-    python scripts/perf_probe.py speculate  # 2-4 single-pass programs per SM: speculative call, planned, single
+    python scripts/perf_probe.py dual       # 2-4 single-pass programs per SM: dual-path call, planned, single
 """
 
 import itertools
@@ -45,16 +45,16 @@ DEEP_ROWS = [
     Row([8192], 32, 8, 256), Row([32768], 32, 8, 256), Row([4096] * 8, 32, 8, 256), Row([4096] * 16, 32, 8, 256),
     Row([4096] * 32, 32, 8, 256), Row([4096] * 64, 32, 8, 256), Row([16384] * 4, 16, 16, 256),
 ]  # fmt: skip
-# `perf_probe.py speculate`: rows with 2-4 single-pass programs per SM (auto's speculative range on the H200),
-# even and not: the planned path, the speculative call and the single pass alone
-SPECULATE_ROWS = [
+# `perf_probe.py dual`: rows with 2-4 single-pass programs per SM (auto's dual-path range on the H200),
+# even and not: the planned path, the dual-path call and the single pass alone
+DUAL_ROWS = [
     Row([256] * 256, 12, 2), Row([4096] * 64, 32, 8), Row([3064] * 64, 32, 8), Row([131072] + [1024] * 63, 32, 8),
     Row([512] * 192, 12, 2), Row([2048] * 40, 32, 8), Row([2560 + i * 37 % 513 for i in range(64)], 32, 8),
     Row([1024 + i * 389 % 3073 for i in range(64)], 32, 8), Row([1024] * 64, 12, 2),
 ]  # fmt: skip
-SPECULATE_VARIANTS = [
-    ("rule", dict(), "planned"), ("spec", dict(), "speculative"), ("single", dict(), "single"),
-    ("single_even", dict(), "single_even"), ("rule_again", dict(), "planned"), ("spec_again", dict(), "speculative"),
+DUAL_VARIANTS = [
+    ("rule", dict(), "planned"), ("dual", dict(), "dual"), ("single", dict(), "single"),
+    ("single_even", dict(), "single_even"), ("rule_again", dict(), "planned"), ("dual_again", dict(), "dual"),
 ]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
@@ -103,14 +103,14 @@ def profile_row(row, fn, log):
 def main():
     deep = sys.argv[1:] == ["deep"]
     fused = sys.argv[1:] == ["fused"]
-    speculate = sys.argv[1:] == ["speculate"]
-    variants = SPECULATE_VARIANTS if speculate else VARIANTS
+    dual = sys.argv[1:] == ["dual"]
+    variants = DUAL_VARIANTS if dual else VARIANTS
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
     table = []
-    for row in DEEP_ROWS if deep else (FUSED_ROWS if fused else (SPECULATE_ROWS if speculate else ROWS)):
+    for row in DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else ROWS)):
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
         )  # fmt: skip
@@ -124,7 +124,7 @@ def main():
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
                 runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
-            elif mode != "single" or deep or speculate or row.name() in SINGLE_ROWS:
+            elif mode != "single" or deep or dual or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)
@@ -134,11 +134,11 @@ def main():
 
             def fn():
                 if mode in ("single", "single_even"):
-                    # single_even: the speculative call's single pass alone (its evenness test, no planned kernels)
+                    # single_even: the dual-path call's single pass alone (its evenness test, no planned kernels)
                     return decode_single(*next(it).args, scale, out, None, num_sms=sms, even_only=mode == "single_even")
-                splits = None if mode in ("planned", "speculative") else mode
+                splits = None if mode in ("planned", "dual") else mode
                 return triton_splitk.decode_splitk(
-                    *next(it).args, scale, out, None, num_splits=splits, speculative=mode == "speculative"
+                    *next(it).args, scale, out, None, num_splits=splits, dual_path=mode == "dual"
                 )  # fmt: skip
 
             try:

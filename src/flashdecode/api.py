@@ -4,7 +4,9 @@ The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, ``t
 kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1). Otherwise single-pass when the
 sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens, or when B * Hkv alone gives every SM as many programs
 as the planner aims at for the call's tile (``triton_splitk.planner_target``: splitting then only adds the planner
-and combine launches, unless the lengths are very uneven: a known trade-off, docs/design.md); everything else runs
+and combine launches, unless the lengths are very uneven: a known trade-off, docs/design.md). From 2 programs per
+SM up to that, with PDL, a dual-path call: the single pass and the planned kernels are both launched and the lengths
+pick one on the device (the single pass when they are even, ``triton_common.even_batch``). Everything else runs
 ``triton_splitk`` planned on the device from the lengths. The choice reads shapes only: no host sync.
 """
 
@@ -26,13 +28,13 @@ BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
 DETERMINISTIC = object()
-# ...and for a speculative planned call: the single pass first, writing only if the lengths are even
-SPECULATIVE = object()
-# "auto" speculates when B * Hkv gives every SM at least this many single-pass programs (and fewer than the
+# ...and for a dual-path planned call: the single pass first, writing only if the lengths are even
+DUAL_PATH = object()
+# "auto" takes the dual path when B * Hkv gives every SM at least this many single-pass programs (and fewer than the
 # planner's target, above which it runs the single pass outright): docs/design.md, "The `auto` rule"
-SPECULATE_MIN_PROGRAMS_PER_SM = 2
+DUAL_PATH_MIN_PROGRAMS_PER_SM = 2
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# multi-token queries (speculative verification): at most this many new tokens per sequence
+# multi-token queries (dual_path verification): at most this many new tokens per sequence
 MAX_Q_LEN = 8
 # the backends that implement the model features (softcap, ALiBi, sinks, window, q_len > 1, fp8 KV)
 FEATURE_BACKENDS = ("auto", "reference", "torch_naive", "triton", "triton_splitk")
@@ -69,7 +71,7 @@ def decode_attention(
 
     Args:
         q: [B, Hq, D] or [B, q_len, Hq, D] (q_len 1..8), float16, bfloat16 or float32; any strides with a
-            contiguous last dim. With q_len > 1 (speculative verification) the cache already holds the q_len new
+            contiguous last dim. With q_len > 1 (dual_path verification) the cache already holds the q_len new
             tokens as its last ones: token i sees cache positions < L - q_len + i + 1 (causal among the new
             tokens); a token that sees no position (L < q_len) gets out = 0, lse = -inf.
         k_cache, v_cache: [num_pages, page_size, Hkv, D] (kv_layout "NHD") or [num_pages, Hkv, page_size, D]
@@ -214,9 +216,9 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
         return "triton", 1
     # enough programs for the single pass if the lengths are even, which only the device knows: both paths are
     # launched and the lengths pick one; without PDL the planned kernels could not overlap the single pass
-    if SPECULATE_MIN_PROGRAMS_PER_SM and batch * num_kv_heads >= SPECULATE_MIN_PROGRAMS_PER_SM * sms:
+    if DUAL_PATH_MIN_PROGRAMS_PER_SM and batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms:
         if common.use_pdl(q.device) or common.interpreting():
-            return "triton_splitk", SPECULATIVE
+            return "triton_splitk", DUAL_PATH
     return "triton_splitk", None
 
 
@@ -260,15 +262,15 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
 def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
     splitk = _kernels()[2]
     split_tokens = None
-    speculative = num_splits is SPECULATIVE
+    dual_path = num_splits is DUAL_PATH
     if num_splits is DETERMINISTIC:
         num_splits, split_tokens = None, splitk.DETERMINISTIC_SPLIT_TOKENS
-    elif speculative or (num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH):
-        num_splits = None if speculative else 1
+    elif dual_path or (num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH):
+        num_splits = None if dual_path else 1
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
         num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
-        speculative=speculative,
+        dual_path=dual_path,
     )  # fmt: skip
 
 

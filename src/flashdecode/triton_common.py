@@ -105,7 +105,7 @@ def even_batch(
     SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr
 ):  # fmt: skip
     """Whether the visible lengths L_b of the B <= BLOCK_B sequences are even enough for the single pass:
-    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1). A speculative call's kernels (single pass, planner,
+    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1). A dual-path call's kernels (single pass, planner,
     partial, combine) each compute it from the lengths, an input no kernel of the call writes, so they agree
     without waiting for one another (``triton_splitk.decode_splitk``, docs/design.md)."""
     offs_b = tl.arange(0, BLOCK_B)

@@ -97,7 +97,7 @@ def _decode_single_kernel(
     # loaded before the test below, so that the two loads are in flight together
     seqlen = tl.load(SEQLENS + seq * stride_sl)
     if EVEN_B:
-        # speculative call (decode_splitk): the kernels launched after this one may start now; every program of
+        # dual-path call (decode_splitk): the kernels launched after this one may start now; every program of
         # them and of this grid computes the same test, so exactly one path writes the output
         let_next_start(USE_PDL)
         if not even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN):
@@ -144,7 +144,7 @@ def decode_single(
         features: ``triton_common.Features`` (softcap, ALiBi, sinks, window, q_len, fp8 scales); None = none.
         num_sms: the device's SM count, if known: a grid of at most that many programs takes
             ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies.
-        even_only: the first launch of a speculative split-K call: the programs write only if the batch is even
+        even_only: the first launch of a dual-path split-K call: the programs write only if the batch is even
             (``triton_common.even_batch``), and let the planned kernels that follow start at once.
     """
     q_shape = q.shape

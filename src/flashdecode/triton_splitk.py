@@ -192,7 +192,7 @@ def _plan_kernel(
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
     sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Also zeroes the num_counters int32
-    COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I. EVEN_B > 0 (speculative call):
+    COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I. EVEN_B > 0 (dual-path call):
     nothing to do when the batch is even (the single pass before it writes the output)."""
     let_next_start(USE_PDL)
     if EVEN_B:
@@ -456,7 +456,7 @@ def _partial_kernel(
     EVEN_B: tl.constexpr = 0,
 ):
     if EVEN_B:
-        # speculative call: an even batch is the single pass's (before the wait: the lengths are an input)
+        # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
         if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
             return
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
@@ -550,7 +550,7 @@ def _combine_kernel(
     EVEN_B: tl.constexpr = 0,
 ):
     if EVEN_B:
-        # speculative call: an even batch is the single pass's (before the wait: the lengths are an input)
+        # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
         if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
             return
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
@@ -688,13 +688,13 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, speculative=False,
+    counters=None, dual_path=False,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
     saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
-    combine's int32 arrival counters, zeroed by the planner (None: not fused). speculative: launched after the
-    single pass of a speculative call (``decode_splitk``), with PDL when pdl, and idle on an even batch."""
+    combine's int32 arrival counters, zeroed by the planner (None: not fused). dual_path: launched after the
+    single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -708,7 +708,7 @@ def launch_plan(
         BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
-        EVEN_B=block_b if speculative else 0, **({"launch_pdl": True} if pdl and speculative else {}),
+        EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and dual_path else {}),
     )  # fmt: skip
     return plan
 
@@ -794,7 +794,7 @@ def launch_combine(
     lengths before its PDL wait, overlapping the partial kernel's last programs (H200, perf_probe at 5b7ac97, against
     reading counts the partial programs published: 8 x 2048 28/4 18.9 -> 17.6 us, 16 x 4096 12/2 28.2 -> 26.1,
     16 x 4096 12/12 102.8 -> 100.7; computing them after the wait had cost 1 x 65536 12/2 4 us, probe 4345621).
-    even: a speculative call's EVEN_B and the lengths arguments of ``even_batch`` (the combine is idle on an even
+    even: a dual-path call's EVEN_B and the lengths arguments of ``even_batch`` (the combine is idle on an even
     batch)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
@@ -818,7 +818,7 @@ def launch_combine(
 
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
-    config=None, return_partials=False, features=None, split_tokens=None, speculative=False,
+    config=None, return_partials=False, features=None, split_tokens=None, dual_path=False,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -826,7 +826,7 @@ def decode_splitk(
         num_splits: None for the planned mode, or S >= 1 for S splits per sequence (fixed mode).
         num_sms: SMs to plan for (planned mode); defaults to the device's.
         split_tokens: deterministic mode: splits of this many tokens (a multiple of BLOCK_N); num_splits must be None.
-        speculative: planned mode only. First launch the single pass, whose programs write only if the batch is even
+        dual_path: planned mode only. First launch the single pass, whose programs write only if the batch is even
             (``triton_common.even_batch``), then the planned kernels, whose programs return at once on an even
             batch: no host sync, one CUDA graph for both outcomes (docs/design.md, "The `auto` rule").
         return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
@@ -842,7 +842,7 @@ def decode_splitk(
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
-    assert not speculative or (num_splits is None and not split_tokens), "speculative calls are planned"
+    assert not dual_path or (num_splits is None and not split_tokens), "dual-path calls are planned"
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     fused = num_splits is None and not split_tokens
@@ -875,7 +875,7 @@ def decode_splitk(
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
-    if speculative:
+    if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
@@ -887,7 +887,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, speculative,
+            counters, dual_path,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
@@ -908,8 +908,8 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
-        **fargs, **cfg, **({"launch_pdl": True} if pdl and (speculative or not (fixed or inline)) else {}),
-        EVEN_B=next_power_of_2(batch) if speculative else 0,
+        **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
+        EVEN_B=next_power_of_2(batch) if dual_path else 0,
     )  # fmt: skip
     if combine:
         combine_plan = None
@@ -924,7 +924,7 @@ def decode_splitk(
             even=dict(
                 EVEN_B=next_power_of_2(batch), SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0),
                 window=fargs["window"], HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
-            ) if speculative else None,
+            ) if dual_path else None,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part

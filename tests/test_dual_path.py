@@ -1,4 +1,4 @@
-"""Speculative calls: the single pass and the planned kernels launched together, the lengths choosing on the device.
+"""Dual-path calls: the single pass and the planned kernels launched together, the lengths choosing on the device.
 
 Every kernel of such a call computes ``even_batch`` from the lengths; on an even batch only the single pass writes,
 otherwise only the planned path does. The tests check which path wrote by bit-identity with each path run alone,
@@ -18,14 +18,14 @@ SCALE = 0.125
 
 
 def _run(c, device, mode, features=None, num_sms=8):
-    """(out, lse) of one path: "single", "planned" or "speculative", into NaN-filled buffers."""
+    """(out, lse) of one path: "single", "planned" or "dual", into NaN-filled buffers."""
     out = torch.full_like(c.q, float("nan"))
     lse = torch.full(c.q.shape[:-1], float("nan"), device=device)
     if mode == "single":
         decode_single(*c.args, SCALE, out, lse, features=features, num_sms=num_sms)
     else:
         decode_splitk(
-            *c.args, SCALE, out, lse, num_sms=num_sms, features=features, speculative=mode == "speculative"
+            *c.args, SCALE, out, lse, num_sms=num_sms, features=features, dual_path=mode == "dual"
         )  # fmt: skip
     return out, lse
 
@@ -37,7 +37,7 @@ def _run(c, device, mode, features=None, num_sms=8):
     ids=["edge-even", "edge-uneven", "uniform", "ragged", "all-empty"],
 )
 @pytest.mark.parametrize("inline", [False, True], ids=["planner", "in-place"])
-def test_speculative_call_takes_one_path(lens, even, inline, device, monkeypatch):
+def test_dual_path_call_takes_one_path(lens, even, inline, device, monkeypatch):
     """An even batch is written by the single pass alone, an uneven one by the planned path alone (bit-identical to
     each run by itself), and both match the reference, LSE included."""
     from flashdecode import triton_splitk
@@ -45,7 +45,7 @@ def test_speculative_call_takes_one_path(lens, even, inline, device, monkeypatch
     assert even_lengths(lens) == even
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", 16 if inline else 0)
     c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=31)
-    out, lse = _run(c, device, "speculative")
+    out, lse = _run(c, device, "dual")
     alone = _run(c, device, "single" if even else "planned")
     assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
     other = _run(c, device, "planned" if even else "single")
@@ -57,22 +57,22 @@ def test_speculative_call_takes_one_path(lens, even, inline, device, monkeypatch
     assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
-def test_speculative_evenness_counts_visible_tokens(device):
+def test_dual_path_evenness_counts_visible_tokens(device):
     """With a sliding window the test is on the visible lengths: [400, 64] is uneven, but with a 63-token window
     both sequences see 64 tokens, so the single pass writes."""
     lens = [400, 64]
     c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=32)
     window = Features(window_left=63)
     assert not even_lengths(lens) and even_lengths(lens, window_left=63)
-    out, lse = _run(c, device, "speculative", features=window)
+    out, lse = _run(c, device, "dual", features=window)
     alone = _run(c, device, "single", features=window)
     assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
     ref_out, _ = reference_of(c, window_left=63)
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
 
 
-def test_auto_speculates_between_two_programs_per_sm_and_the_planner_target(monkeypatch):
-    """auto: B * Hkv below 2 per SM plans, from 2 per SM to the planner's target speculates, above runs the single
+def test_auto_takes_the_dual_path_between_two_programs_per_sm_and_the_planner_target(monkeypatch):
+    """auto: B * Hkv below 2 per SM plans, from 2 per SM to the planner's target takes the dual path, above runs the single
     pass; all from shapes (meta tensors)."""
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
@@ -82,19 +82,19 @@ def test_auto_speculates_between_two_programs_per_sm_and_the_planner_target(monk
         k = torch.empty(100, 16, 2, 128, device="meta", dtype=torch.bfloat16)
         return api._choose_backend("auto", None, q, k, torch.empty(batch, 50, device="meta", dtype=torch.int32))
 
-    # Hkv 2, 4 SMs, grouped tile target 4: speculate for B * 2 in [8, 16)
+    # Hkv 2, 4 SMs, grouped tile target 4: dual path for B * 2 in [8, 16)
     assert [choice(b) for b in (3, 4, 7, 8)] == [
-        ("triton_splitk", None), ("triton_splitk", api.SPECULATIVE), ("triton_splitk", api.SPECULATIVE), ("triton", 1)
+        ("triton_splitk", None), ("triton_splitk", api.DUAL_PATH), ("triton_splitk", api.DUAL_PATH), ("triton", 1)
     ]  # fmt: skip
 
 
-def test_auto_speculative_call_matches_reference(device, monkeypatch):
-    """Through decode_attention: a ragged and an even batch in the speculative range, NaN-poisoned outputs."""
+def test_auto_dual_path_call_matches_reference(device, monkeypatch):
+    """Through decode_attention: a ragged and an even batch in the dual-path range, NaN-poisoned outputs."""
     # B * Hkv = 8 programs on 3 SMs: 2 to 4 per SM
     monkeypatch.setattr(api, "_num_sms", lambda dev: 3)
     for lens in ([300, 300, 300, 300], [600, 3, 17, 0]):
         c = case(lens, 8, 2, 64, 16, torch.bfloat16, device, seed=33)
-        assert api._choose_backend("auto", None, c.q, c.k_cache, c.block_table)[1] is api.SPECULATIVE
+        assert api._choose_backend("auto", None, c.q, c.k_cache, c.block_table)[1] is api.DUAL_PATH
         out, lse = decode_attention(*c.args, return_lse=True, out=torch.full_like(c.q, float("nan")))
         ref_out, ref_lse = reference_of(c)
         assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
@@ -103,7 +103,7 @@ def test_auto_speculative_call_matches_reference(device, monkeypatch):
 
 @pytest.mark.parametrize("inline", [False, True], ids=["planner", "in-place"])
 def test_each_path_is_idle_on_the_other_paths_batches(inline, device, monkeypatch):
-    """Run alone, the speculative single pass writes nothing on an uneven batch, and the speculative planned kernels
+    """Run alone, the dual-path single pass writes nothing on an uneven batch, and the dual-path planned kernels
     write nothing on an even one (on the GPU both paths run at once, so a write by the wrong one would race)."""
     from flashdecode import triton_splitk
 
@@ -116,5 +116,5 @@ def test_each_path_is_idle_on_the_other_paths_batches(inline, device, monkeypatc
     monkeypatch.setattr(triton_splitk, "decode_single", lambda *a, **k: None)
     out = torch.full_like(even.q, float("nan"))
     lse = torch.full(even.q.shape[:-1], float("nan"), device=device)
-    decode_splitk(*even.args, SCALE, out, lse, num_sms=8, speculative=True)
+    decode_splitk(*even.args, SCALE, out, lse, num_sms=8, dual_path=True)
     assert out.isnan().all() and lse.isnan().all()
