@@ -20,6 +20,7 @@ CASES = [
     ("8x128 28/4 (single pass)", [128] * 8, 28, 4),
     ("8x2048 28/4 (planned in place + combine)", [2048] * 8, 28, 4),
     ("64x1024 12/2 (planner + fused merge)", [1024] * 64, 12, 2),
+    ("256x256 12/2 (dual path: single + planned)", [256] * 256, 12, 2),
 ]
 
 
