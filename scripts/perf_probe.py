@@ -12,6 +12,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py deep       # head dim 256 rows (the single pass on every row)
     python scripts/perf_probe.py fused      # the fused merge's rows
     python scripts/perf_probe.py dual       # 2-4 single-pass programs per SM: dual-path call, planned, single
+    python scripts/perf_probe.py waves      # the planner's cost in waves of resident programs
 """
 
 import itertools
@@ -56,6 +57,22 @@ DUAL_VARIANTS = [
     ("rule", dict(), "planned"), ("dual", dict(), "dual"), ("single", dict(), "single"),
     ("single_even", dict(), "single_even"), ("rule_again", dict(), "planned"), ("dual_again", dict(), "dual"),
 ]
+# `perf_probe.py waves`: planned rows of more than 16 sequences (the planner kernel), uneven and even, for the
+# planner's cost in waves of resident programs (PLANNER_WAVE_SAT)
+WAVES_ROWS = [
+    Row([1500 + i * 97 % 1100 for i in range(40)], 32, 8), Row([2048] * 40, 32, 8),
+    Row([300 + i * 61 % 500 for i in range(192)], 12, 2), Row([512] * 192, 12, 2),
+    Row([1024 + i * 389 % 3073 for i in range(64)], 32, 8), Row([131072] + [1024] * 63, 32, 8),
+    Row([2048 + i * 251 % 3953 for i in range(32)], 32, 8), Row([500 + i * 37 % 1000 for i in range(128)], 12, 2),
+    Row([1024] * 64, 12, 2), Row([256] * 256, 12, 2), Row([4096] * 64, 32, 8),
+    Row([2560 + i * 37 % 513 for i in range(64)], 32, 8),
+]  # fmt: skip
+WAVES_VARIANTS = [
+    ("rule", dict(), "planned"), ("w_same", dict(PLANNER_WAVE_SAT={4: 4, 3: 3, 2: 2}), "planned"),
+    ("w3", dict(PLANNER_WAVE_SAT={4: 3, 3: 3, 2: 2}), "planned"),
+    ("w2", dict(PLANNER_WAVE_SAT={4: 2, 3: 2, 2: 2}), "planned"),
+    ("single", dict(), "single"), ("rule_again", dict(), "planned"),
+]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
@@ -72,7 +89,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "PLANNER_WAVE_SAT")}
 
 
 def set_variant(attrs):
@@ -104,13 +121,15 @@ def main():
     deep = sys.argv[1:] == ["deep"]
     fused = sys.argv[1:] == ["fused"]
     dual = sys.argv[1:] == ["dual"]
-    variants = DUAL_VARIANTS if dual else VARIANTS
+    waves = sys.argv[1:] == ["waves"]
+    variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
     table = []
-    for row in DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else ROWS)):
+    rows = DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else (WAVES_ROWS if waves else ROWS)))
+    for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
         )  # fmt: skip
@@ -124,7 +143,7 @@ def main():
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
                 runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
-            elif mode != "single" or deep or dual or row.name() in SINGLE_ROWS:
+            elif mode != "single" or deep or dual or waves or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)

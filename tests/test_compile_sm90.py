@@ -58,7 +58,7 @@ for window in (False, True):
     for q_len in (1, 4):
         ptx = compile_sm90(triton_splitk._plan_kernel, dict(
             BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64,
-            HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True, NUM_SMS=132, EVEN_B=0)).asm["ptx"]
+            HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0)).asm["ptx"]
         assert "griddepcontrol.launch_dependents" in ptx
 for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
               dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES),
@@ -77,7 +77,7 @@ ptx = compile_sm90(triton_single._decode_single_kernel, {**BASE, **PREFETCH, **F
 assert "griddepcontrol.launch_dependents" in ptx
 compile_sm90(triton_splitk._plan_kernel, dict(
     BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64, HAS_WINDOW=True,
-    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64))
+    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64, WAVE_SAT=0))
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64, EVEN_B=256), dict(NUM_SPLITS=0, EVEN_B=16, **INLINE, **PREFETCH)):
     compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra})
 COMBINE = dict(NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, USE_PDL=True,

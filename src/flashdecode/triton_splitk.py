@@ -134,6 +134,9 @@ MERGE_UNROLL = 2
 # (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384). "deep" (head dims above 128) keeps the order its groups >= 4 had
 # as "grouped"
 PARTIAL_HEADS_FIRST = ("grouped", "deep")
+# probe (perf_probe waves): the planner's cost in waves of R resident programs, {R: programs that saturate an SM};
+# None: off (the planner kernel only; the in-place plan and chunk_plan keep the model above)
+PLANNER_WAVE_SAT = None
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -143,6 +146,7 @@ def _chunk_layout(
     SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+    WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
 
@@ -173,7 +177,15 @@ def _chunk_layout(
     # an SM's programs one after another, each of the mean chunk length, or one resident set of the longest chunk
     mean = tl.cdiv(tl.sum(lens.to(tl.int64), axis=0), tl.maximum(count, 1))
     longest = (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
-    cost = tl.maximum(per_sm * (mean + OVERHEAD), SATURATION * longest)
+    if WAVE_SAT:
+        # waves of SATURATION resident programs; a partial last wave of r < WAVE_SAT runs at r / WAVE_SAT of the
+        # SM's bandwidth, so it costs WAVE_SAT programs' time
+        full = per_sm // SATURATION
+        rem = per_sm - full * SATURATION
+        waves = full * SATURATION + tl.where(rem > 0, tl.maximum(rem, WAVE_SAT), 0)
+        cost = tl.maximum(waves * (mean + OVERHEAD), WAVE_SAT * longest)
+    else:
+        cost = tl.maximum(per_sm * (mean + OVERHEAD), SATURATION * longest)
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
@@ -187,7 +199,7 @@ def _plan_kernel(
     SEQLENS, PLAN, COUNTERS, num_counters, batch, num_kv_heads, max_chunks, stride_sl, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0,
+    Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0, WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
@@ -200,7 +212,7 @@ def _plan_kernel(
             return
     chunk, n, incl, offs_b, lens = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -709,6 +721,7 @@ def launch_plan(
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
         EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and dual_path else {}),
+        WAVE_SAT=PLANNER_WAVE_SAT.get(saturation, 0) if PLANNER_WAVE_SAT else 0,
     )  # fmt: skip
     return plan
 
