@@ -58,7 +58,7 @@ DUAL_VARIANTS = [
     ("single_even", dict(), "single_even"), ("rule_again", dict(), "planned"), ("dual_again", dict(), "dual"),
 ]
 # `perf_probe.py waves`: planned rows of more than 16 sequences (the planner kernel), uneven and even, for the
-# planner's cost in waves of resident programs (PLANNER_WAVE_SAT)
+# planner's cost in waves of resident programs (WAVE_SATURATION; "rule" is the default, {4: 3, 3: 3, 2: 2})
 WAVES_ROWS = [
     Row([1500 + i * 97 % 1100 for i in range(40)], 32, 8), Row([2048] * 40, 32, 8),
     Row([300 + i * 61 % 500 for i in range(192)], 12, 2), Row([512] * 192, 12, 2),
@@ -68,9 +68,9 @@ WAVES_ROWS = [
     Row([2560 + i * 37 % 513 for i in range(64)], 32, 8),
 ]  # fmt: skip
 WAVES_VARIANTS = [
-    ("rule", dict(), "planned"), ("w_same", dict(PLANNER_WAVE_SAT={4: 4, 3: 3, 2: 2}), "planned"),
-    ("w3", dict(PLANNER_WAVE_SAT={4: 3, 3: 3, 2: 2}), "planned"),
-    ("w2", dict(PLANNER_WAVE_SAT={4: 2, 3: 2, 2: 2}), "planned"),
+    ("rule", dict(), "planned"), ("no_waves", dict(WAVE_SATURATION=None), "planned"),
+    ("w_same", dict(WAVE_SATURATION={4: 4, 3: 3, 2: 2}), "planned"),
+    ("w2", dict(WAVE_SATURATION={4: 2, 3: 2, 2: 2}), "planned"),
     ("single", dict(), "single"), ("rule_again", dict(), "planned"),
 ]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
@@ -89,7 +89,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "PLANNER_WAVE_SAT")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION")}
 
 
 def set_variant(attrs):

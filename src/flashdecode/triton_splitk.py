@@ -134,9 +134,12 @@ MERGE_UNROLL = 2
 # (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384). "deep" (head dims above 128) keeps the order its groups >= 4 had
 # as "grouped"
 PARTIAL_HEADS_FIRST = ("grouped", "deep")
-# probe (perf_probe waves): the planner's cost in waves of R resident programs, {R: programs that saturate an SM};
-# None: off (the planner kernel only; the in-place plan and chunk_plan keep the model above)
-PLANNER_WAVE_SAT = None
+# the cut's cost in waves of R resident programs (R = the planner's target), {R: programs that saturate an SM}: a
+# partial last wave of fewer runs below the SM's bandwidth (``_chunk_layout``). H200, perf_probe waves at 0d82072,
+# planned graph µs, rule -> {4: 3}: 40 x 2048 32/8 110.0 -> 98.0, 192 x 512 12/2 40.4 -> 34.3, 32 x 2048..5876 32/8
+# 147.3 -> 138.3, 64 x 2560..3056 32/8 211.3 -> 180.6; 192 x 300..792 12/2 41.2 -> 42.3, 64 x 1024 12/2 26.2-26.7 ->
+# 27.0, other rows within noise. None: the model without waves
+WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -157,8 +160,11 @@ def _chunk_layout(
     S SMs, an SM runs ceil(P_k / S) of them one after another, of sum_b L_b / N_k tokens each on average, and needs
     SATURATION resident ones to reach its share of the bandwidth, so that a chunk of min(C_k, max L) tokens takes a
     resident set's time: cost_k = max(ceil(P_k / S) * (mean_k + OVERHEAD), SATURATION * (min(C_k, max L) + OVERHEAD))
-    (for a uniform batch cut evenly, max(ceil(P_k / S), SATURATION) * (C_k + OVERHEAD)). The cheapest feasible
-    candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a compile-time
+    (for a uniform batch cut evenly, max(ceil(P_k / S), SATURATION) * (C_k + OVERHEAD)). With WAVE_SAT > 0 the
+    ceil(P_k / S) programs run in waves of SATURATION (the resident ones) and a last partial wave of r programs costs
+    max(r, WAVE_SAT) (fewer than WAVE_SAT do not reach the SM's bandwidth), and the longest chunk WAVE_SAT * (min(C_k,
+    max L) + OVERHEAD): a batch cut into slightly more programs than fit at once pays for its second wave. The
+    cheapest feasible candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a compile-time
     constant (one per device), so the division by it is a multiply and a shift.
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
     """
@@ -179,7 +185,7 @@ def _chunk_layout(
     longest = (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     if WAVE_SAT:
         # waves of SATURATION resident programs; a partial last wave of r < WAVE_SAT runs at r / WAVE_SAT of the
-        # SM's bandwidth, so it costs WAVE_SAT programs' time
+        # SM's bandwidth, so it costs WAVE_SAT programs' time (a division by a constexpr: a multiply and a shift)
         full = per_sm // SATURATION
         rem = per_sm - full * SATURATION
         waves = full * SATURATION + tl.where(rem > 0, tl.maximum(rem, WAVE_SAT), 0)
@@ -240,6 +246,7 @@ def inline_chunk(
     SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+    WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
@@ -247,7 +254,7 @@ def inline_chunk(
     writes; an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
@@ -466,6 +473,7 @@ def _partial_kernel(
     SATURATION: tl.constexpr,
     OVERHEAD: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0,
 ):
     if EVEN_B:
         # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
@@ -490,7 +498,7 @@ def _partial_kernel(
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         single = count == 1
     else:
@@ -560,6 +568,7 @@ def _combine_kernel(
     HAS_WINDOW: tl.constexpr,
     Q_LEN: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0,
 ):
     if EVEN_B:
         # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
@@ -576,7 +585,7 @@ def _combine_kernel(
         # that it overlaps the partial kernel's last programs
         _, _, _, _, first, count = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         if count <= MERGED_MAX:
             # written by its partial program
@@ -663,6 +672,11 @@ def split_bounds(
     return bounds
 
 
+def wave_saturation(saturation: int) -> int:
+    """``_chunk_layout``'s WAVE_SAT for a planner target (WAVE_SATURATION; 0: the model without waves)."""
+    return WAVE_SATURATION.get(saturation, saturation) if WAVE_SATURATION else 0
+
+
 def chunk_plan(
     seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None
 ) -> list[tuple[int, int, int]]:  # fmt: skip
@@ -670,6 +684,7 @@ def chunk_plan(
     (over each sequence's visible tokens; saturation: the planner's programs per SM, SATURATION_PER_SM unless
     given)."""
     saturation = SATURATION_PER_SM if saturation is None else saturation
+    wave_sat = wave_saturation(saturation)
     firsts = [visible_start(n, window_left, q_len) for n in seqlens]
     visible = [n - f for n, f in zip(seqlens, firsts)]
     max_len, total = max(visible, default=0), sum(visible)
@@ -680,7 +695,12 @@ def chunk_plan(
         per_sm = cdiv(count * num_kv_heads, num_sms)
         mean = cdiv(total, max(count, 1))
         longest = min(cand, max_len) + CHUNK_OVERHEAD_TOKENS
-        cost = max(per_sm * (mean + CHUNK_OVERHEAD_TOKENS), saturation * longest)
+        if wave_sat:
+            full, rem = divmod(per_sm, saturation)
+            waves = full * saturation + (max(rem, wave_sat) if rem else 0)
+            cost = max(waves * (mean + CHUNK_OVERHEAD_TOKENS), wave_sat * longest)
+        else:
+            cost = max(per_sm * (mean + CHUNK_OVERHEAD_TOKENS), saturation * longest)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
@@ -721,13 +741,15 @@ def launch_plan(
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
         EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and dual_path else {}),
-        WAVE_SAT=PLANNER_WAVE_SAT.get(saturation, 0) if PLANNER_WAVE_SAT else 0,
+        WAVE_SAT=wave_saturation(saturation),
     )  # fmt: skip
     return plan
 
 
 # the in-place plan's arguments of a partial kernel that reads the plan from PLAN instead (constant: no recompiles)
-_NO_INLINE_PLAN = dict(NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0)
+_NO_INLINE_PLAN = dict(
+    NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0, WAVE_SAT=0
+)  # fmt: skip
 # ...and of a combine kernel, which also takes the lengths and what the partial kernel has anyway
 _NO_COMBINE_PLAN = dict(
     _NO_INLINE_PLAN, SEQLENS=None, stride_sl=0, num_kv_heads=1, window=0, BLOCK_N=16, HAS_WINDOW=False, Q_LEN=1
@@ -787,7 +809,7 @@ def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
     window and BLOCK_N it takes anyway."""
     return dict(
         NUM_SMS=num_sms, INLINE_PLAN=True, BLOCK_B=inline_block_b(batch), LOG2_BLOCK_N=block_n.bit_length() - 1,
-        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS,
+        NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, WAVE_SAT=wave_saturation(saturation),
     )  # fmt: skip
 
 
