@@ -13,6 +13,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py fused      # the fused merge's rows
     python scripts/perf_probe.py dual       # 2-4 single-pass programs per SM: dual-path call, planned, single
     python scripts/perf_probe.py waves      # the planner's cost in waves of resident programs
+    python scripts/perf_probe.py threshold  # uneven batches around the dual path's evenness threshold
 """
 
 import itertools
@@ -73,6 +74,14 @@ WAVES_VARIANTS = [
     ("w2", dict(WAVE_SATURATION={4: 2, 3: 2, 2: 2}), "planned"),
     ("single", dict(), "single"), ("rule_again", dict(), "planned"),
 ]
+# `perf_probe.py threshold`: uneven batches in the dual-path range around its evenness threshold (max / mean 1.12,
+# 1.16, 1.23, 1.25, 1.38): the planned path against the single pass
+THRESHOLD_ROWS = [
+    Row([3584 + i * 16 % 1025 for i in range(64)], 32, 8), Row([3000 + i * 31 % 2001 for i in range(64)], 32, 8),
+    Row([200 + i * 7 % 121 for i in range(256)], 12, 2), Row([160 + i * 3 % 193 for i in range(256)], 12, 2),
+    Row([1700 + i * 17 % 701 for i in range(40)], 32, 8),
+]  # fmt: skip
+THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
@@ -122,13 +131,16 @@ def main():
     fused = sys.argv[1:] == ["fused"]
     dual = sys.argv[1:] == ["dual"]
     waves = sys.argv[1:] == ["waves"]
+    threshold = sys.argv[1:] == ["threshold"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
+    variants = THRESHOLD_VARIANTS if threshold else variants
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
     table = []
     rows = DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else (WAVES_ROWS if waves else ROWS)))
+    rows = THRESHOLD_ROWS if threshold else rows
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
@@ -143,7 +155,7 @@ def main():
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
                 runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
-            elif mode != "single" or deep or dual or waves or row.name() in SINGLE_ROWS:
+            elif mode != "single" or deep or dual or waves or threshold or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)
