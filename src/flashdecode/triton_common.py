@@ -96,8 +96,11 @@ def let_next_start(USE_PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-# a batch is "even" (``even_batch``) when its longest visible length is at most 1 + 1 / EVEN_SLACK times the mean
-EVEN_SLACK = tl.constexpr(8)
+# a batch is "even" (``even_batch``) when its longest visible length is at most 1 + 1 / EVEN_SLACK times the mean:
+# 3/2. H200, uneven batches of 2-4 single-pass programs per SM (perf_probe threshold at 90052d2 and waves at ec6bdac,
+# graph µs, planned / single pass): max / mean 1.12: 261.2 / 247.7, 1.23: 26.3 / 22.5, 1.25: 273.8 / 249.3, 1.38:
+# 27.8 / 23.7, 1.45: 43.5 / 37.5; 1.6: 180.8 / 200.8 (docs/design.md)
+EVEN_SLACK = tl.constexpr(2)
 
 
 @triton.jit
