@@ -34,7 +34,7 @@ DUAL_PATH = object()
 # planner's target, above which it runs the single pass outright): docs/design.md, "The `auto` rule"
 DUAL_PATH_MIN_PROGRAMS_PER_SM = 2
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-# multi-token queries (dual_path verification): at most this many new tokens per sequence
+# multi-token queries (speculative verification): at most this many new tokens per sequence
 MAX_Q_LEN = 8
 # the backends that implement the model features (softcap, ALiBi, sinks, window, q_len > 1, fp8 KV)
 FEATURE_BACKENDS = ("auto", "reference", "torch_naive", "triton", "triton_splitk")
@@ -71,7 +71,7 @@ def decode_attention(
 
     Args:
         q: [B, Hq, D] or [B, q_len, Hq, D] (q_len 1..8), float16, bfloat16 or float32; any strides with a
-            contiguous last dim. With q_len > 1 (dual_path verification) the cache already holds the q_len new
+            contiguous last dim. With q_len > 1 (speculative verification) the cache already holds the q_len new
             tokens as its last ones: token i sees cache positions < L - q_len + i + 1 (causal among the new
             tokens); a token that sees no position (L < q_len) gets out = 0, lse = -inf.
         k_cache, v_cache: [num_pages, page_size, Hkv, D] (kv_layout "NHD") or [num_pages, Hkv, page_size, D]
