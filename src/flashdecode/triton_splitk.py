@@ -24,6 +24,9 @@ Two ways to cut, one kernel:
 * merging: with B * q_len * Hq >= #SMs the last chunk program of a sequence to finish merges its chunks
   (``merge_if_last``: an acq_rel arrival counter the planner zeroed); otherwise, or for sequences of more than
   FUSED_MAX_CHUNKS chunks, the combine kernel does.
+* dual path (``dual_path=True``, what ``auto`` uses at 2 to 4 single-pass programs per SM): the single pass is
+  launched first and writes only if the lengths are even (the longest at most 1.5 times the mean,
+  ``triton_common.even_batch``); the planned kernels after it take the same test and return on an even batch.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
