@@ -72,8 +72,8 @@ def test_dual_path_evenness_counts_visible_tokens(device):
 
 
 def test_auto_takes_the_dual_path_between_two_programs_per_sm_and_the_planner_target(monkeypatch):
-    """auto: B * Hkv below 2 per SM plans, from 2 per SM to the planner's target takes the dual path, above runs the single
-    pass; all from shapes (meta tensors)."""
+    """auto: B * Hkv below 2 per SM plans, from 2 per SM to the planner's target takes the dual path, above runs the
+    single pass; all from shapes (meta tensors)."""
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
 

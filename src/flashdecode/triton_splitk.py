@@ -167,8 +167,8 @@ def _chunk_layout(
     ceil(P_k / S) programs run in waves of SATURATION (the resident ones) and a last partial wave of r programs costs
     max(r, WAVE_SAT) (fewer than WAVE_SAT do not reach the SM's bandwidth), and the longest chunk WAVE_SAT * (min(C_k,
     max L) + OVERHEAD): a batch cut into slightly more programs than fit at once pays for its second wave. The
-    cheapest feasible candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a compile-time
-    constant (one per device), so the division by it is a multiply and a shift.
+    cheapest feasible candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a
+    compile-time constant (one per device), so the division by it is a multiply and a shift.
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
     """
     offs_b = tl.arange(0, BLOCK_B)
@@ -881,6 +881,8 @@ def decode_splitk(
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     assert not dual_path or (num_splits is None and not split_tokens), "dual-path calls are planned"
+    # the evenness test's lengths tile in every kernel of a dual-path call (0: not one)
+    even_b = next_power_of_2(batch) if dual_path else 0
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     fused = num_splits is None and not split_tokens
@@ -947,22 +949,19 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
-        EVEN_B=next_power_of_2(batch) if dual_path else 0,
+        EVEN_B=even_b,
     )  # fmt: skip
     if combine:
-        combine_plan = None
-        if inline:
-            combine_plan = dict(
-                inline, SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), num_kv_heads=num_kv_heads,
-                window=fargs["window"], BLOCK_N=cfg["BLOCK_N"], HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
-            )  # fmt: skip
+        # the lengths arguments the combine needs to plan in place or to take the evenness test
+        lengths = dict(
+            SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), window=fargs["window"],
+            HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
+        )  # fmt: skip
+        combine_plan = dict(inline, **lengths, num_kv_heads=num_kv_heads, BLOCK_N=cfg["BLOCK_N"]) if inline else None
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
-            even=dict(
-                EVEN_B=next_power_of_2(batch), SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0),
-                window=fargs["window"], HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
-            ) if dual_path else None,
+            even=dict(lengths, EVEN_B=even_b) if dual_path else None,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
