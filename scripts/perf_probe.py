@@ -14,7 +14,6 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py dual       # 2-4 single-pass programs per SM: dual-path call, planned, single
     python scripts/perf_probe.py waves      # the planner's cost in waves of resident programs
     python scripts/perf_probe.py threshold  # uneven batches around the dual path's evenness threshold
-    python scripts/perf_probe.py even       # in-place plan rows (B <= 16): the even cut against the full one, fixed
     python scripts/perf_probe.py quant      # single-pass MHA rows around the anchor batches: time per byte by B
 """
 
@@ -83,18 +82,6 @@ THRESHOLD_ROWS = [
     Row([200 + i * 7 % 121 for i in range(256)], 12, 2), Row([160 + i * 3 % 193 for i in range(256)], 12, 2),
     Row([1700 + i * 17 % 701 for i in range(40)], 32, 8),
 ]  # fmt: skip
-# `perf_probe.py even`: rows the in-place plan cuts (B <= 16, no fused merge), even and not: EVEN_CUT on ("rule")
-# and off, against fixed splits
-EVEN_ROWS = [
-    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([128] * 8, 28, 4), Row([128], 28, 4), Row([4096] * 16, 12, 2),
-    Row([16384] * 4, 12, 2), Row([65536], 12, 2), Row([131072], 12, 2), Row([16384] * 4, 12, 12),
-    Row([65536], 12, 12), Row([8192], 32, 32), Row([32768], 32, 32), Row([1500 + i * 211 % 1100 for i in range(8)], 28, 4),
-    Row([65536] + [1024] * 15, 12, 2), Row([1024 + i * 997 % 3000 for i in range(16)], 12, 2),
-]  # fmt: skip
-EVEN_VARIANTS = [
-    ("rule", dict(), "planned"), ("no_even", dict(EVEN_CUT=False), "planned"), ("fixed", dict(), "fixed"),
-    ("rule_again", dict(), "planned"), ("no_even_again", dict(EVEN_CUT=False), "planned"),
-]
 # `perf_probe.py quant`: the single pass on 12/12 batches around 64 x 1024 and 256 x 256 (768 and 3072 programs,
 # 5.8 and 23.3 per SM): does the time per byte step with the programs per SM?
 QUANT_ROWS = [Row([1024] * b, 12, 12) for b in range(56, 73, 2)] + [Row([256] * b, 12, 12) for b in range(240, 273, 8)]
@@ -116,7 +103,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "EVEN_CUT")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION")}
 
 
 def set_variant(attrs):
@@ -150,10 +137,9 @@ def main():
     dual = sys.argv[1:] == ["dual"]
     waves = sys.argv[1:] == ["waves"]
     threshold = sys.argv[1:] == ["threshold"]
-    even = sys.argv[1:] == ["even"]
     quant = sys.argv[1:] == ["quant"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
-    variants = THRESHOLD_VARIANTS if threshold else (EVEN_VARIANTS if even else variants)
+    variants = THRESHOLD_VARIANTS if threshold else variants
     variants = QUANT_VARIANTS if quant else variants
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
@@ -161,7 +147,7 @@ def main():
     l2 = _l2_bytes("cuda")
     table = []
     rows = DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else (WAVES_ROWS if waves else ROWS)))
-    rows = THRESHOLD_ROWS if threshold else (EVEN_ROWS if even else rows)
+    rows = THRESHOLD_ROWS if threshold else rows
     rows = QUANT_ROWS if quant else rows
     for row in rows:
         c = random_paged_case(

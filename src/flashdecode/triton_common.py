@@ -104,16 +104,6 @@ EVEN_SLACK = tl.constexpr(2)
 
 
 @triton.jit
-def visible_lengths(
-    SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr
-):  # fmt: skip
-    """The lengths of the B <= BLOCK_B sequences as a tile: (offs_b, seqlens, visible lengths), 0 past B."""
-    offs_b = tl.arange(0, BLOCK_B)
-    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
-    return offs_b, seqlens, seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
-
-
-@triton.jit
 def even_batch(
     SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr
 ):  # fmt: skip
@@ -121,7 +111,9 @@ def even_batch(
     max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1). A dual-path call's kernels (single pass, planner,
     partial, combine) each compute it from the lengths, an input no kernel of the call writes, so they agree
     without waiting for one another (``triton_splitk.decode_splitk``, docs/design.md)."""
-    _, _, lens = visible_lengths(SEQLENS, stride_sl, batch, window, BLOCK_B, HAS_WINDOW, Q_LEN)
+    offs_b = tl.arange(0, BLOCK_B)
+    lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    lens = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
     longest = tl.max(lens, axis=0).to(tl.int64)
     total = tl.sum(lens.to(tl.int64), axis=0)
     return longest * batch * EVEN_SLACK <= total * (EVEN_SLACK + 1)

@@ -58,7 +58,6 @@ from .triton_common import (
     attend_group,
     cdiv,
     dot_in_fp32,
-    EVEN_SLACK,
     even_batch,
     group_rows,
     launch_config,
@@ -66,7 +65,6 @@ from .triton_common import (
     next_power_of_2,
     store_group,
     use_pdl,
-    visible_lengths,
     wait_for_previous,
     window_start,
     window_starts,
@@ -145,17 +143,15 @@ PARTIAL_HEADS_FIRST = ("grouped", "deep")
 # 147.3 -> 138.3, 64 x 2560..3056 32/8 211.3 -> 180.6; 192 x 300..792 12/2 41.2 -> 42.3, 64 x 1024 12/2 26.2-26.7 ->
 # 27.0, other rows within noise. None: the model without waves
 WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
-# the in-place plan cuts an even batch (``even_batch``'s test) like fixed splits, S chunks per sequence chosen by the
-# cost model from max and sum alone (``even_cut``): fewer dependent steps before a program's first page-id load
-EVEN_CUT = True
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
 
 @triton.jit
 def _chunk_layout(
-    offs_b, lens, batch, num_kv_heads, max_chunks, NUM_SMS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr, SATURATION: tl.constexpr, OVERHEAD: tl.constexpr,
+    SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
@@ -173,9 +169,11 @@ def _chunk_layout(
     max L) + OVERHEAD): a batch cut into slightly more programs than fit at once pays for its second wave. The
     cheapest feasible candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a
     compile-time constant (one per device), so the division by it is a multiply and a shift.
-    lens: the visible lengths tile of ``visible_lengths``. Returns (C, chunks per sequence n [BLOCK_B], inclusive
-    prefix sum of n [BLOCK_B]).
+    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
     """
+    offs_b = tl.arange(0, BLOCK_B)
+    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
     cand = BLOCK_N << offs_k
@@ -202,7 +200,7 @@ def _chunk_layout(
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
     chunk = BLOCK_N << k_best.to(tl.int32)
     n = tl.where(offs_b < batch, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
-    return chunk, n, tl.cumsum(n, axis=0)
+    return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens
 
 
 @triton.jit
@@ -221,10 +219,9 @@ def _plan_kernel(
     if EVEN_B:
         if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
             return
-    offs_b, lens, visible = visible_lengths(SEQLENS, stride_sl, batch, window, BLOCK_B, HAS_WINDOW, Q_LEN)
-    chunk, n, incl = _chunk_layout(
-        offs_b, visible, batch, num_kv_heads, max_chunks, NUM_SMS, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION,
-        OVERHEAD, WAVE_SAT,
+    chunk, n, incl, offs_b, lens = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -252,54 +249,15 @@ def inline_chunk(
     SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, EVEN_CUT: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
     sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
-    writes; an unused slot has seq = B (and seqlen 0). EVEN_CUT: an even batch (``even_batch``'s test) is cut
-    like fixed splits, S chunks per sequence (``even_cut``), with far fewer dependent steps."""
-    offs_b, seqlens, lens = visible_lengths(SEQLENS, stride_sl, batch, window, BLOCK_B, HAS_WINDOW, Q_LEN)
-    if EVEN_CUT:
-        longest = tl.max(lens, axis=0)
-        total = tl.sum(lens.to(tl.int64), axis=0)
-        if longest.to(tl.int64) * batch * EVEN_SLACK <= total * (EVEN_SLACK + 1):
-            splits = even_cut(
-                longest, total, batch, num_kv_heads, max_chunks, NUM_SMS, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION,
-                OVERHEAD, WAVE_SAT,
-            )  # fmt: skip
-            seq = tl.where(chunk_id < 0, seq_of_interest, chunk_id // splits)
-            seqlen = tl.sum(tl.where(offs_b == seq, seqlens, 0), axis=0)
-            first_tok = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
-            # split_bounds' rule: runs of ceil(tiles / S) tiles, the last splits possibly empty
-            tiles = tl.cdiv(tl.cdiv(seqlen - first_tok, BLOCK_N), splits)
-            start = first_tok + (chunk_id - seq * splits) * tiles * BLOCK_N
-            end = tl.minimum(start + tiles * BLOCK_N, seqlen)
-            first = seq * splits
-            count = splits
-        else:
-            seq, seqlen, start, end, first, count = _layout_chunk(
-                chunk_id, seq_of_interest, offs_b, seqlens, lens, batch, num_kv_heads, max_chunks, window, NUM_SMS,
-                BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
-            )  # fmt: skip
-    else:
-        seq, seqlen, start, end, first, count = _layout_chunk(
-            chunk_id, seq_of_interest, offs_b, seqlens, lens, batch, num_kv_heads, max_chunks, window, NUM_SMS,
-            BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
-        )  # fmt: skip
-    return seq, seqlen, start, end, first, count
-
-
-@triton.jit
-def _layout_chunk(
-    chunk_id, seq_of_interest, offs_b, seqlens, lens, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
-    BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr, SATURATION: tl.constexpr,
-    OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr, WAVE_SAT: tl.constexpr,
-):  # fmt: skip
-    """``inline_chunk`` by ``_chunk_layout``'s cut of the lengths tile (offs_b, seqlens, visible lengths lens)."""
-    chunk, n, incl = _chunk_layout(
-        offs_b, lens, batch, num_kv_heads, max_chunks, NUM_SMS, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION,
-        OVERHEAD, WAVE_SAT,
+    writes; an unused slot has seq = B (and seqlen 0)."""
+    chunk, n, incl, offs_b, seqlens = _chunk_layout(
+        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
@@ -309,34 +267,6 @@ def _layout_chunk(
     seqlen = tl.sum(tl.where(pick, seqlens, 0), axis=0)
     start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (chunk_id - first) * chunk
     return seq, seqlen, start, tl.minimum(start + chunk, seqlen), first, count
-
-
-@triton.jit
-def even_cut(
-    longest, total, batch, num_kv_heads, max_chunks, NUM_SMS: tl.constexpr, BLOCK_N: tl.constexpr,
-    LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr, SATURATION: tl.constexpr, OVERHEAD: tl.constexpr,
-    WAVE_SAT: tl.constexpr,
-):  # fmt: skip
-    """Chunks per sequence S of an even batch: _chunk_layout's cost model with every sequence cut like the longest
-    (S_k = ceil(max L / C_k) chunks each, B * S_k in all), from the two scalars max L and sum L alone, so no
-    [candidates, B] tile, prefix sum or search follows the lengths' load."""
-    offs_k = tl.arange(0, NUM_CAND)
-    cand = BLOCK_N << offs_k
-    per_seq = tl.maximum((longest + (cand - 1)) >> (offs_k + LOG2_BLOCK_N), 1)
-    count = (per_seq * batch).to(tl.int64)
-    per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
-    mean = tl.cdiv(total, count)
-    chunk_len = (tl.minimum(cand, longest) + OVERHEAD).to(tl.int64)
-    if WAVE_SAT:
-        full = per_sm // SATURATION
-        rem = per_sm - full * SATURATION
-        waves = full * SATURATION + tl.where(rem > 0, tl.maximum(rem, WAVE_SAT), 0)
-        cost = tl.maximum(waves * (mean + OVERHEAD), WAVE_SAT * chunk_len)
-    else:
-        cost = tl.maximum(per_sm * (mean + OVERHEAD), SATURATION * chunk_len)
-    key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
-    k_best = (NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)).to(tl.int32)
-    return tl.maximum((longest + ((BLOCK_N << k_best) - 1)) >> (k_best + LOG2_BLOCK_N), 1)
 
 
 @triton.jit
@@ -547,7 +477,6 @@ def _partial_kernel(
     OVERHEAD: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
-    EVEN_CUT: tl.constexpr = 0,
 ):
     if EVEN_B:
         # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
@@ -572,7 +501,7 @@ def _partial_kernel(
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EVEN_CUT,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         single = count == 1
     else:
@@ -643,7 +572,6 @@ def _combine_kernel(
     Q_LEN: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
-    EVEN_CUT: tl.constexpr = 0,
 ):
     if EVEN_B:
         # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
@@ -660,7 +588,7 @@ def _combine_kernel(
         # that it overlaps the partial kernel's last programs
         _, _, _, _, first, count = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EVEN_CUT,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         if count <= MERGED_MAX:
             # written by its partial program
@@ -823,8 +751,7 @@ def launch_plan(
 
 # the in-place plan's arguments of a partial kernel that reads the plan from PLAN instead (constant: no recompiles)
 _NO_INLINE_PLAN = dict(
-    NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0, WAVE_SAT=0,
-    EVEN_CUT=0,
+    NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0, WAVE_SAT=0
 )  # fmt: skip
 # ...and of a combine kernel, which also takes the lengths and what the partial kernel has anyway
 _NO_COMBINE_PLAN = dict(
@@ -886,7 +813,6 @@ def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
     return dict(
         NUM_SMS=num_sms, INLINE_PLAN=True, BLOCK_B=inline_block_b(batch), LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, WAVE_SAT=wave_saturation(saturation),
-        EVEN_CUT=int(EVEN_CUT),
     )  # fmt: skip
 
 
