@@ -15,6 +15,9 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py waves      # the planner's cost in waves of resident programs
     python scripts/perf_probe.py threshold  # uneven batches around the dual path's evenness threshold
     python scripts/perf_probe.py quant      # single-pass MHA rows around the anchor batches: time per byte by B
+    python scripts/perf_probe.py cliff      # B * Hkv just past a multiple of R * #SMs: single pass against planned
+    python scripts/perf_probe.py cliff2     # more of them: fuller last waves, two full waves, short and long rows
+    python scripts/perf_probe.py gate       # there, the dual-path call with its length gate against both paths
 """
 
 import itertools
@@ -86,6 +89,33 @@ THRESHOLD_ROWS = [
 # 5.8 and 23.3 per SM): does the time per byte step with the programs per SM?
 QUANT_ROWS = [Row([1024] * b, 12, 12) for b in range(56, 73, 2)] + [Row([256] * b, 12, 12) for b in range(240, 273, 8)]
 QUANT_VARIANTS = [("single", dict(), "single")]
+# `perf_probe.py cliff`: uniform batches whose single pass (auto's rule 3) leaves a last wave of few programs (B *
+# Hkv just above a multiple of R * #SMs: 396 for 12/12, 528 for 32/8 and 12/2 on the H200), and batches with a fuller
+# last wave: the single pass against the planned path
+CLIFF_ROWS = [
+    Row([1024] * 66, 12, 12), Row([1024] * 68, 12, 12), Row([1024] * 76, 12, 12), Row([1024] * 84, 12, 12),
+    Row([1024] * 92, 12, 12), Row([4096] * 34, 12, 12), Row([4096] * 40, 12, 12), Row([4096] * 50, 12, 12),
+    Row([4096] * 68, 32, 8), Row([4096] * 80, 32, 8), Row([4096] * 100, 32, 8), Row([1024] * 140, 32, 8),
+    Row([1024] * 160, 32, 8), Row([256] * 280, 12, 2), Row([2048] * 34, 32, 32), Row([2048] * 40, 32, 32),
+]  # fmt: skip
+# the second cliff probe: last waves of a third to a half, two full waves, short and long sequences
+CLIFF2_ROWS = [
+    Row([4096] * 45, 12, 12), Row([4096] * 88, 32, 8), Row([4096] * 68, 12, 12), Row([4096] * 136, 32, 8),
+    Row([2048] * 150, 32, 8), Row([1024] * 34, 12, 12), Row([1024] * 68, 32, 8), Row([512] * 34, 12, 12),
+    Row([8192] * 34, 12, 12), Row([2048] * 40, 12, 12), Row([2048] * 76, 32, 8), Row([16384] * 36, 12, 12),
+    Row([4096] * 34, 12, 12), Row([4096] * 80, 32, 8),
+]  # fmt: skip
+CLIFF_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("single_again", dict(), "single")]
+# `perf_probe.py gate`: the dual path's length gate in that range (single_pass_tail): even long, even short and
+# uneven batches, the dual-path call against both paths alone
+GATE_ROWS = [
+    Row([4096] * 34, 12, 12), Row([4096] * 80, 32, 8), Row([4096] * 45, 12, 12), Row([16384] * 36, 12, 12),
+    Row([2048] * 76, 32, 8), Row([512] * 34, 12, 12), Row([1000] * 34, 12, 12), Row([768] * 68, 32, 8),
+    Row([512 + i * 229 % 7680 for i in range(34)], 12, 12), Row([65536] + [1024] * 79, 32, 8),
+    Row([1024] * 64, 12, 12),
+]  # fmt: skip
+GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
+                 ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
@@ -138,9 +168,11 @@ def main():
     waves = sys.argv[1:] == ["waves"]
     threshold = sys.argv[1:] == ["threshold"]
     quant = sys.argv[1:] == ["quant"]
+    cliff = sys.argv[1:] in (["cliff"], ["cliff2"])
+    gate = sys.argv[1:] == ["gate"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     variants = THRESHOLD_VARIANTS if threshold else variants
-    variants = QUANT_VARIANTS if quant else variants
+    variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
@@ -148,7 +180,8 @@ def main():
     table = []
     rows = DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else (WAVES_ROWS if waves else ROWS)))
     rows = THRESHOLD_ROWS if threshold else rows
-    rows = QUANT_ROWS if quant else rows
+    rows = QUANT_ROWS if quant else ((CLIFF2_ROWS if sys.argv[1:] == ["cliff2"] else CLIFF_ROWS) if cliff else rows)
+    rows = GATE_ROWS if gate else rows
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
@@ -163,7 +196,9 @@ def main():
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
                 runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
-            elif mode != "single" or deep or dual or waves or threshold or quant or row.name() in SINGLE_ROWS:
+            elif mode != "single" or deep or dual or waves or threshold or quant or cliff or gate:
+                runs.append((name, attrs, mode))
+            elif row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)

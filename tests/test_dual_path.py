@@ -118,3 +118,74 @@ def test_each_path_is_idle_on_the_other_paths_batches(inline, device, monkeypatc
     lse = torch.full(even.q.shape[:-1], float("nan"), device=device)
     decode_splitk(*even.args, SCALE, out, lse, num_sms=8, dual_path=True)
     assert out.isnan().all() and lse.isnan().all()
+
+
+# the length gate: 2 SMs, Hkv 2, group 4 (grouped tile, R = 4): B = 5 gives 10 single-pass programs, one wave of 8
+# and a last wave of 2, within TAIL_WAVES; tables of 1120 tokens, more than TAIL_LONG_TOKENS
+TAIL_SMS = 2
+
+
+def _tail_case(lens, seed, device):
+    """A bf16 case whose table holds 70 pages (1120 tokens) whatever the lengths."""
+    return case(lens, 8, 2, 64, 16, torch.bfloat16, device, seed=seed, extra_table_columns=70 - -(-max(lens) // 16))
+
+
+@pytest.mark.parametrize(
+    "lens,even,single",
+    [([600] * 5, True, True), ([1100] * 5, True, False), ([1100, 100, 100, 100, 100], False, False)],
+    ids=["even-short", "even-long", "uneven"],
+)
+def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, device):
+    """Where the single pass would end on a nearly empty wave (``single_pass_tail``), a dual-path call takes the
+    single pass only for an even batch of mean visible length < TAIL_LONG_TOKENS: bit-identical to the path run
+    alone, different from the other, and matching the reference."""
+    from flashdecode import triton_splitk
+
+    assert triton_splitk.TAIL_LONG_TOKENS == 1024
+    c = _tail_case(lens, 36, device)
+    assert triton_splitk.single_pass_tail(5, 64, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, c.block_table.shape[1] * 16)
+    assert even_lengths(lens, long_mean=1024) == single and even_lengths(lens) == even
+    out, lse = _run(c, device, "dual", num_sms=TAIL_SMS)
+    alone = _run(c, device, "single" if single else "planned", num_sms=TAIL_SMS)
+    assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
+    other = _run(c, device, "planned" if single else "single", num_sms=TAIL_SMS)
+    # bf16 outputs may round alike; the fp32 LSEs of the two paths differ
+    assert not torch.equal(lse, other[1])
+    ref_out, ref_lse = reference_of(c)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
+def test_tail_gate_paths_are_idle_on_the_other_paths_batches(device, monkeypatch):
+    """Under the length gate, the single pass alone writes nothing on an even long batch, and the planned kernels
+    alone write nothing on an even short one."""
+    from flashdecode import triton_splitk
+
+    long = _tail_case([1100] * 5, 37, device)
+    out = torch.full_like(long.q, float("nan"))
+    decode_single(*long.args, SCALE, out, None, num_sms=TAIL_SMS, even_only=True, long_mean=1024)
+    assert out.isnan().all()
+    short = _tail_case([600] * 5, 38, device)
+    monkeypatch.setattr(triton_splitk, "decode_single", lambda *a, **k: None)
+    out = torch.full_like(short.q, float("nan"))
+    lse = torch.full(short.q.shape[:-1], float("nan"), device=device)
+    decode_splitk(*short.args, SCALE, out, lse, num_sms=TAIL_SMS, dual_path=True)
+    assert out.isnan().all() and lse.isnan().all()
+
+
+def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_empty_wave(monkeypatch):
+    """auto, from shapes: a full grid (B * Hkv >= R * #SMs) runs the single pass, except between one and TAIL_WAVES
+    waves with a table longer than TAIL_LONG_TOKENS, where it takes the dual path with the length gate; not for
+    fp32 caches (the measured tiles are 16-bit) nor tables of at most TAIL_LONG_TOKENS tokens."""
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
+    monkeypatch.setattr(triton_common, "interpreting", lambda: True)
+
+    def choice(batch, pages=100, dtype=torch.bfloat16):
+        q = torch.empty(batch, 8, 128, device="meta", dtype=dtype)
+        k = torch.empty(100, 16, 2, 128, device="meta", dtype=dtype)
+        return api._choose_backend("auto", None, q, k, torch.empty(batch, pages, device="meta", dtype=torch.int32))
+
+    # Hkv 2, 4 SMs, grouped tile target 4: a wave is 16 programs; B = 9..11 gives 18..22 <= 1.4 * 16
+    dual, single = ("triton_splitk", api.DUAL_PATH), ("triton", 1)
+    assert [choice(b) for b in (8, 9, 11, 12, 16)] == [single, dual, dual, single, single]
+    assert choice(9, pages=64) == single and choice(9, dtype=torch.float32) == single

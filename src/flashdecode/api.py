@@ -6,8 +6,10 @@ sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens, or when B * Hkv alone 
 as the planner aims at for the call's tile (``triton_splitk.planner_target``: splitting then only adds the planner
 and combine launches, unless the lengths are very uneven: a known trade-off, docs/design.md). From 2 programs per
 SM up to that, with PDL, a dual-path call: the single pass and the planned kernels are both launched and the lengths
-pick one on the device (the single pass when they are even, ``triton_common.even_batch``). Everything else runs
-``triton_splitk`` planned on the device from the lengths. The choice reads shapes only: no host sync.
+pick one on the device (the single pass when they are even, ``triton_common.even_batch``). So does a full grid whose
+single pass would end on a nearly empty wave (``triton_splitk.single_pass_tail``), where the single pass takes only
+even batches of short sequences. Everything else runs ``triton_splitk`` planned on the device from the lengths. The
+choice reads shapes only: no host sync.
 """
 
 from __future__ import annotations
@@ -212,13 +214,19 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     )  # fmt: skip
     sms = _num_sms(q.device)
     full = batch * num_kv_heads >= target * sms
-    if max_tokens <= SINGLE_PASS_MAX_TOKENS or full or q.shape[0] > splitk.MAX_PLANNED_BATCH:
+    # both paths are launched and the lengths pick one; without PDL the planned kernels could not overlap the single
+    # pass
+    dual = bool(DUAL_PATH_MIN_PROGRAMS_PER_SM) and (common.use_pdl(q.device) or common.interpreting())
+    # a full grid whose single pass would end on a nearly empty wave: dual-path, long batches planned
+    tail = full and dual and splitk.single_pass_tail(
+        batch, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads, sms,
+        max_tokens,
+    )  # fmt: skip
+    if max_tokens <= SINGLE_PASS_MAX_TOKENS or (full and not tail) or batch > splitk.MAX_PLANNED_BATCH:
         return "triton", 1
-    # enough programs for the single pass if the lengths are even, which only the device knows: both paths are
-    # launched and the lengths pick one; without PDL the planned kernels could not overlap the single pass
-    if DUAL_PATH_MIN_PROGRAMS_PER_SM and batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms:
-        if common.use_pdl(q.device) or common.interpreting():
-            return "triton_splitk", DUAL_PATH
+    # enough programs for the single pass if the lengths are even, which only the device knows
+    if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
+        return "triton_splitk", DUAL_PATH
     return "triton_splitk", None
 
 

@@ -105,24 +105,31 @@ EVEN_SLACK = tl.constexpr(2)
 
 @triton.jit
 def even_batch(
-    SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr
+    SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
+    LONG_MEAN: tl.constexpr = 0,
 ):  # fmt: skip
     """Whether the visible lengths L_b of the B <= BLOCK_B sequences are even enough for the single pass:
-    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1). A dual-path call's kernels (single pass, planner,
-    partial, combine) each compute it from the lengths, an input no kernel of the call writes, so they agree
-    without waiting for one another (``triton_splitk.decode_splitk``, docs/design.md)."""
+    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1), and with LONG_MEAN > 0 also short: sum_b L_b <
+    LONG_MEAN * B (a grid whose last wave would be a few long programs: ``triton_splitk.single_pass_tail``). A
+    dual-path call's kernels (single pass, planner, partial, combine) each compute it from the lengths, an input no
+    kernel of the call writes, so they agree without waiting for one another (``triton_splitk.decode_splitk``,
+    docs/design.md)."""
     offs_b = tl.arange(0, BLOCK_B)
     lens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
     lens = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
     longest = tl.max(lens, axis=0).to(tl.int64)
     total = tl.sum(lens.to(tl.int64), axis=0)
-    return longest * batch * EVEN_SLACK <= total * (EVEN_SLACK + 1)
+    even = longest * batch * EVEN_SLACK <= total * (EVEN_SLACK + 1)
+    if LONG_MEAN:
+        even = even & (total < LONG_MEAN * batch)
+    return even
 
 
-def even_lengths(seqlens, window_left=None, q_len=1) -> bool:
+def even_lengths(seqlens, window_left=None, q_len=1, long_mean=0) -> bool:
     """``even_batch`` on the host (tests): the same integer test over the visible lengths."""
     visible = [n - (0 if window_left is None else max(n - q_len - window_left, 0)) for n in seqlens]
-    return max(visible) * len(visible) * EVEN_SLACK.value <= sum(visible) * (EVEN_SLACK.value + 1)
+    even = max(visible) * len(visible) * EVEN_SLACK.value <= sum(visible) * (EVEN_SLACK.value + 1)
+    return even and (not long_mean or sum(visible) < long_mean * len(visible))
 
 
 # below this many query heads per KV head, products run on the CUDA cores instead of tl.dot. Measured on the H200

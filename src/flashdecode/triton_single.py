@@ -89,6 +89,7 @@ def _decode_single_kernel(
     PREFETCH_PAGES: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
     USE_PDL: tl.constexpr = False,
+    LONG_MEAN: tl.constexpr = 0,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -100,7 +101,7 @@ def _decode_single_kernel(
         # dual-path call (decode_splitk): the kernels launched after this one may start now; every program of
         # them and of this grid computes the same test, so exactly one path writes the output
         let_next_start(USE_PDL)
-        if not even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN):
+        if not even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
             return
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
@@ -132,7 +133,7 @@ def row_strides(t) -> tuple[int, int, int]:
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None, even_only=False,
+    num_sms=None, even_only=False, long_mean=0,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -146,6 +147,7 @@ def decode_single(
             ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies.
         even_only: the first launch of a dual-path split-K call: the programs write only if the batch is even
             (``triton_common.even_batch``), and let the planned kernels that follow start at once.
+        long_mean: with even_only, also only if the mean visible length is below this many tokens (0: any).
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -182,6 +184,7 @@ def decode_single(
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=even_only and use_pdl(q.device),
+        LONG_MEAN=long_mean if even_only else 0,
         **features.kernel_args(cache_seqlens), **cfg,
     )  # fmt: skip
     return out, lse

@@ -143,6 +143,18 @@ PARTIAL_HEADS_FIRST = ("grouped", "deep")
 # 147.3 -> 138.3, 64 x 2560..3056 32/8 211.3 -> 180.6; 192 x 300..792 12/2 41.2 -> 42.3, 64 x 1024 12/2 26.2-26.7 ->
 # 27.0, other rows within noise. None: the model without waves
 WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
+# a single pass of more than one and at most TAIL_WAVES waves of R programs per SM (``single_pass_tail``) ends on a
+# wave of a few programs, each as slow alone as in a full wave: a dual-path call there runs it only for an even batch
+# of mean length < TAIL_LONG_TOKENS (even_batch's LONG_MEAN), else the planned path. H200, perf_probe cliff and
+# cliff2 at 01ce1e5 (graph µs, single pass / planned; waves of R * #SMs programs): 34 x 4096 12/12 (1.03) 274.5 /
+# 245.6, 45 x 4096 12/12 (1.36) 307.0 / 273.8, 50 x 4096 12/12 (1.52) 320.1 / 328.1, 80 x 4096 32/8 (1.21) 419.4 /
+# 348.9, 88 x 4096 32/8 (1.33) 422.4 / 364.6, 100 x 4096 32/8 (1.52) 431.8 / 443.9, 36 x 16384 12/12 (1.09) 1136.5
+# / 984.5, 34 x 1024 12/12 (1.03) 70.8 / 69.8, 34 x 512 12/12 37.6 / 40.1, 280 x 256 12/2 (1.06) 27.6 / 34.4; at two
+# waves and more the planned path does not win (136 x 4096 32/8 596.9 / 626.3, 68 x 1024 12/12 117.6 / 120.2)
+TAIL_WAVES = 1.4
+TAIL_LONG_TOKENS = 1024
+# the tile classes (split_config) whose single pass fits R = PLANNER_SATURATION[class] programs per SM, as measured
+TAIL_TILES = ("mha", "grouped")
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -209,6 +221,7 @@ def _plan_kernel(
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
     Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0, WAVE_SAT: tl.constexpr = 0,
+    LONG_MEAN: tl.constexpr = 0,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
@@ -217,7 +230,7 @@ def _plan_kernel(
     nothing to do when the batch is even (the single pass before it writes the output)."""
     let_next_start(USE_PDL)
     if EVEN_B:
-        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
+        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
             return
     chunk, n, incl, offs_b, lens = _chunk_layout(
         SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
@@ -477,10 +490,11 @@ def _partial_kernel(
     OVERHEAD: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
+    LONG_MEAN: tl.constexpr = 0,
 ):
     if EVEN_B:
         # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
-        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
+        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
             return
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
     # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
@@ -572,10 +586,11 @@ def _combine_kernel(
     Q_LEN: tl.constexpr,
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
+    LONG_MEAN: tl.constexpr = 0,
 ):
     if EVEN_B:
         # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
-        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN):
+        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
             return
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
     row = tl.program_id(0)
@@ -723,13 +738,14 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, dual_path=False,
+    counters=None, dual_path=False, long_mean=0,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
     saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
     combine's int32 arrival counters, zeroed by the planner (None: not fused). dual_path: launched after the
-    single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch."""
+    single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch (of mean
+    visible length < long_mean, if > 0)."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -744,7 +760,7 @@ def launch_plan(
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
         EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and dual_path else {}),
-        WAVE_SAT=wave_saturation(saturation),
+        WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean,
     )  # fmt: skip
     return plan
 
@@ -761,16 +777,15 @@ _NO_COMBINE_PLAN = dict(
 
 def split_config(
     head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, fused: bool
-) -> tuple[dict, int, bool]:  # fmt: skip
-    """(partial kernel launch config, programs per SM the planner aims at, heads-first grid) for one call's shapes.
+) -> tuple[dict, int, str]:  # fmt: skip
+    """(partial kernel launch config, programs per SM the planner aims at, tile class) for one call's shapes.
 
     The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks: H200
     probe 0ce6c31, bf16 fused rows with it: 64 x 4096 32/8 247.6 -> 265.6 us, 256 x 256 12/2 24.7 -> 25.8; an fp8
     cache takes its long tile then), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D *
     itemsize bytes) is a power of two. The planner's target comes from PLANNER_SATURATION by tile class: "deep"
     (head dims above 128), "grouped" (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the
-    128-token tile of the other small groups); the planned grid puts a chunk's KV heads together for the classes in
-    PARTIAL_HEADS_FIRST."""
+    128-token tile of the other small groups)."""
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
@@ -779,7 +794,7 @@ def split_config(
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     tile = "grouped" if q_len * group >= 4 else ("small_group" if small else "mha")
     tile = "deep" if cfg["BLOCK_D"] > 128 else tile
-    return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile in PARTIAL_HEADS_FIRST
+    return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile
 
 
 @functools.lru_cache(maxsize=256)
@@ -787,6 +802,23 @@ def planner_target(head_dim: int, group: int, dtype, q_len: int, kv_itemsize: in
     """The planner's programs per SM for these shapes (``split_config``): with B * Hkv at least that many per SM, a
     uniform batch is never split (halving a chunk doubles the programs), so ``auto`` runs the single pass."""
     return split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)[1]
+
+
+@functools.lru_cache(maxsize=256)
+def single_pass_tail(
+    batch: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, num_sms: int,
+    max_tokens: int,
+) -> bool:  # fmt: skip
+    """Whether a single pass of these shapes would end on a nearly empty wave: more than one and at most TAIL_WAVES
+    waves of R programs per SM (R = ``planner_target``, the programs of the single pass's tile that fit an SM, for the
+    TAIL_TILES classes, 16-bit caches and one query token), and a table that can hold sequences longer than
+    TAIL_LONG_TOKENS. The last wave's programs then run a few per SM, each at the speed of a lone program, for the
+    whole length of a sequence: ``auto`` makes such a call dual-path with the length gate (docs/design.md)."""
+    if q_len != 1 or kv_itemsize != 2 or max_tokens <= TAIL_LONG_TOKENS:
+        return False
+    _, target, tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)
+    programs, wave = batch * num_kv_heads, target * num_sms
+    return tile in TAIL_TILES and wave < programs <= TAIL_WAVES * wave
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
@@ -866,7 +898,9 @@ def decode_splitk(
         split_tokens: deterministic mode: splits of this many tokens (a multiple of BLOCK_N); num_splits must be None.
         dual_path: planned mode only. First launch the single pass, whose programs write only if the batch is even
             (``triton_common.even_batch``), then the planned kernels, whose programs return at once on an even
-            batch: no host sync, one CUDA graph for both outcomes (docs/design.md, "The `auto` rule").
+            batch: no host sync, one CUDA graph for both outcomes (docs/design.md, "The `auto` rule"). Where the
+            single pass would end on a nearly empty wave (``single_pass_tail``), "even" also asks for a mean visible
+            length below TAIL_LONG_TOKENS.
         return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
             [chunks, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
             straight to ``out`` and leave their rows unset). Partials hold no sink (it joins in the combine).
@@ -885,14 +919,20 @@ def decode_splitk(
     even_b = next_power_of_2(batch) if dual_path else 0
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
+    max_tokens = block_table.shape[1] * page_size
+    # ...and its length gate: where the single pass would end on a nearly empty wave, long batches go planned
+    long_mean = 0
+    if dual_path and single_pass_tail(
+        batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
+    ):  # fmt: skip
+        long_mean = TAIL_LONG_TOKENS
     fused = num_splits is None and not split_tokens
     fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
-    cfg, saturation, heads_first = split_config(
+    cfg, saturation, tile = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused
     )  # fmt: skip
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
-    max_tokens = block_table.shape[1] * page_size
     if split_tokens:
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
         num_splits = max(1, cdiv(max_tokens, split_tokens))
@@ -919,7 +959,7 @@ def decode_splitk(
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
-            num_sms=num_sms, even_only=True,
+            num_sms=num_sms, even_only=True, long_mean=long_mean,
         )  # fmt: skip
     if fixed or inline:
         # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
@@ -927,12 +967,12 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, dual_path,
+            counters, dual_path, long_mean,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
     # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
-    heads_first = heads_first and not fixed
+    heads_first = tile in PARTIAL_HEADS_FIRST and not fixed
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     launch(
         _partial_kernel, grid,
@@ -949,7 +989,7 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
-        EVEN_B=even_b,
+        EVEN_B=even_b, LONG_MEAN=long_mean,
     )  # fmt: skip
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
@@ -961,7 +1001,7 @@ def decode_splitk(
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
-            even=dict(lengths, EVEN_B=even_b) if dual_path else None,
+            even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean) if dual_path else None,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
