@@ -192,13 +192,12 @@ def main():
         results = []
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         runs = []
+        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate
         for name, attrs, mode in variants:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
                 runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
-            elif mode != "single" or deep or dual or waves or threshold or quant or cliff or gate:
-                runs.append((name, attrs, mode))
-            elif row.name() in SINGLE_ROWS:
+            elif mode != "single" or single_everywhere or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)
