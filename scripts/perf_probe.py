@@ -18,6 +18,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py cliff      # B * Hkv just past a multiple of R * #SMs: single pass against planned
     python scripts/perf_probe.py cliff2     # more of them: fuller last waves, two full waves, short and long rows
     python scripts/perf_probe.py gate       # there, the dual-path call with its length gate against both paths
+    python scripts/perf_probe.py gate2      # the same for the small-group split tile (32/32) and head dim 256
 """
 
 import itertools
@@ -114,6 +115,12 @@ GATE_ROWS = [
     Row([512 + i * 229 % 7680 for i in range(34)], 12, 12), Row([65536] + [1024] * 79, 32, 8),
     Row([1024] * 64, 12, 12),
 ]  # fmt: skip
+# `perf_probe.py gate2`: the same range for the tile classes the gate leaves out: "small_group" (32/32, 16/16: a split
+# target of 4, the single pass's MHA tile fits 3 per SM) and head dim 256
+GATE2_ROWS = [
+    Row([4096] * 13, 32, 32), Row([4096] * 16, 32, 32), Row([4096] * 17, 32, 32), Row([2048] * 26, 16, 16),
+    Row([4096] * 34, 32, 8, 256), Row([4096] * 40, 32, 8, 256), Row([1024] * 13, 32, 32),
+]  # fmt: skip
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -169,7 +176,7 @@ def main():
     threshold = sys.argv[1:] == ["threshold"]
     quant = sys.argv[1:] == ["quant"]
     cliff = sys.argv[1:] in (["cliff"], ["cliff2"])
-    gate = sys.argv[1:] == ["gate"]
+    gate = sys.argv[1:] in (["gate"], ["gate2"])
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     variants = THRESHOLD_VARIANTS if threshold else variants
     variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
@@ -181,7 +188,7 @@ def main():
     rows = DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else (WAVES_ROWS if waves else ROWS)))
     rows = THRESHOLD_ROWS if threshold else rows
     rows = QUANT_ROWS if quant else ((CLIFF2_ROWS if sys.argv[1:] == ["cliff2"] else CLIFF_ROWS) if cliff else rows)
-    rows = GATE_ROWS if gate else rows
+    rows = (GATE2_ROWS if sys.argv[1:] == ["gate2"] else GATE_ROWS) if gate else rows
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
