@@ -18,14 +18,16 @@ SCALE = 0.125
 
 
 def _run(c, device, mode, features=None, num_sms=8):
-    """(out, lse) of one path: "single", "planned" or "dual", into NaN-filled buffers."""
+    """(out, lse) of one path: "single", "planned" or "dual", into NaN-filled buffers, at the reference's default
+    scale (1 / sqrt(D))."""
     out = torch.full_like(c.q, float("nan"))
     lse = torch.full(c.q.shape[:-1], float("nan"), device=device)
+    scale = c.q.shape[-1] ** -0.5
     if mode == "single":
-        decode_single(*c.args, SCALE, out, lse, features=features, num_sms=num_sms)
+        decode_single(*c.args, scale, out, lse, features=features, num_sms=num_sms)
     else:
         decode_splitk(
-            *c.args, SCALE, out, lse, num_sms=num_sms, features=features, dual_path=mode == "dual"
+            *c.args, scale, out, lse, num_sms=num_sms, features=features, dual_path=mode == "dual"
         )  # fmt: skip
     return out, lse
 
@@ -127,7 +129,7 @@ TAIL_SMS = 2
 
 def _tail_case(lens, seed, device):
     """A bf16 case whose table holds 70 pages (1120 tokens) whatever the lengths."""
-    return case(lens, 8, 2, 64, 16, torch.bfloat16, device, seed=seed, extra_table_columns=70 - -(-max(lens) // 16))
+    return case(lens, 8, 2, 128, 16, torch.bfloat16, device, seed=seed, extra_table_columns=70 - -(-max(lens) // 16))
 
 
 @pytest.mark.parametrize(
@@ -143,7 +145,7 @@ def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, de
 
     assert triton_splitk.TAIL_LONG_TOKENS == 1024
     c = _tail_case(lens, 36, device)
-    assert triton_splitk.single_pass_tail(5, 64, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, c.block_table.shape[1] * 16)
+    assert triton_splitk.single_pass_tail(5, 128, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, c.block_table.shape[1] * 16)
     assert even_lengths(lens, long_mean=1024) == single and even_lengths(lens) == even
     out, lse = _run(c, device, "dual", num_sms=TAIL_SMS)
     alone = _run(c, device, "single" if single else "planned", num_sms=TAIL_SMS)
@@ -189,3 +191,19 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
     dual, single = ("triton_splitk", api.DUAL_PATH), ("triton", 1)
     assert [choice(b) for b in (8, 9, 11, 12, 16)] == [single, dual, dual, single, single]
     assert choice(9, pages=64) == single and choice(9, dtype=torch.float32) == single
+
+
+def test_tail_range_by_tile_class():
+    """The single pass's programs per SM and the waves the gate covers, by tile class on an H200 (132 SMs): MHA
+    12/12 (3 per SM, up to 1.4 waves), GQA 32/8 (4, 1.4), the small-group class 32/32 (its single pass fits 3 per SM,
+    1.3 waves) and head dim 256 (2, 1.25); not at head dim 64, whose tiles were not measured."""
+    from flashdecode.triton_splitk import single_pass_tail
+
+    def tail(batch, hq, hkv, head_dim=128):
+        return single_pass_tail(batch, head_dim, hq // hkv, torch.bfloat16, 1, 2, hkv, 132, 8192)
+
+    assert [tail(b, 12, 12) for b in (33, 34, 46, 47)] == [False, True, True, False]
+    assert [tail(b, 32, 8) for b in (66, 67, 92, 93)] == [False, True, True, False]
+    assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [False, True, True, False]
+    assert [tail(b, 32, 8, 256) for b in (33, 34, 41, 42)] == [False, True, True, False]
+    assert not tail(34, 32, 8, 64)

@@ -217,8 +217,8 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     # both paths are launched and the lengths pick one; without PDL the planned kernels could not overlap the single
     # pass
     dual = bool(DUAL_PATH_MIN_PROGRAMS_PER_SM) and (common.use_pdl(q.device) or common.interpreting())
-    # a full grid whose single pass would end on a nearly empty wave: dual-path, long batches planned
-    tail = full and dual and splitk.single_pass_tail(
+    # a grid whose single pass would end on a nearly empty wave: dual-path, long batches planned
+    tail = dual and splitk.single_pass_tail(
         batch, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads, sms,
         max_tokens,
     )  # fmt: skip

@@ -143,18 +143,23 @@ PARTIAL_HEADS_FIRST = ("grouped", "deep")
 # 147.3 -> 138.3, 64 x 2560..3056 32/8 211.3 -> 180.6; 192 x 300..792 12/2 41.2 -> 42.3, 64 x 1024 12/2 26.2-26.7 ->
 # 27.0, other rows within noise. None: the model without waves
 WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
-# a single pass of more than one and at most TAIL_WAVES waves of R programs per SM (``single_pass_tail``) ends on a
-# wave of a few programs, each as slow alone as in a full wave: a dual-path call there runs it only for an even batch
-# of mean length < TAIL_LONG_TOKENS (even_batch's LONG_MEAN), else the planned path. H200, perf_probe cliff and
+# a single pass of more than one and at most W waves of R programs per SM (``single_pass_tail``) ends on a wave of a
+# few programs, each as slow alone as in a full wave: a dual-path call there runs it only for an even batch of mean
+# length < TAIL_LONG_TOKENS (even_batch's LONG_MEAN), else the planned path. H200, perf_probe cliff and
 # cliff2 at 01ce1e5 (graph µs, single pass / planned; waves of R * #SMs programs): 34 x 4096 12/12 (1.03) 274.5 /
 # 245.6, 45 x 4096 12/12 (1.36) 307.0 / 273.8, 50 x 4096 12/12 (1.52) 320.1 / 328.1, 80 x 4096 32/8 (1.21) 419.4 /
 # 348.9, 88 x 4096 32/8 (1.33) 422.4 / 364.6, 100 x 4096 32/8 (1.52) 431.8 / 443.9, 36 x 16384 12/12 (1.09) 1136.5
 # / 984.5, 34 x 1024 12/12 (1.03) 70.8 / 69.8, 34 x 512 12/12 37.6 / 40.1, 280 x 256 12/2 (1.06) 27.6 / 34.4; at two
 # waves and more the planned path does not win (136 x 4096 32/8 596.9 / 626.3, 68 x 1024 12/12 117.6 / 120.2)
-TAIL_WAVES = 1.4
+# perf_probe gate2 at bc038b0 (single / planned): 13 x 4096 32/32 (1.05 waves of 3 per SM) 276.5 / 231.5, 16 x 4096
+# (1.29) 299.9 / 252.4, 17 x 4096 (1.37) 308.6 / 322.4 (the planned cut has a tail of its own there), 26 x 2048 16/16
+# 138.0 / 121.3, 13 x 1024 32/32 71.8 / 66.7; head dim 256 (2 per SM) 34 x 4096 32/8 386.7 / 320.7, 40 x 4096 (1.21)
+# 386.8 / 349.4. {split_config's tile class: (single-pass programs per SM R, waves W)}; the "small_group" class is
+# the split tile's: its single pass runs the MHA tile
+TAIL_WAVES = {"mha": (3, 1.4), "grouped": (4, 1.4), "small_group": (3, 1.3), "deep": (2, 1.25)}
 TAIL_LONG_TOKENS = 1024
-# the tile classes (split_config) whose single pass fits R = PLANNER_SATURATION[class] programs per SM, as measured
-TAIL_TILES = ("mha", "grouped")
+# the head dims measured (other dims take other tiles, whose programs per SM were not)
+TAIL_HEAD_DIMS = (128, 256)
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
 
@@ -809,16 +814,17 @@ def single_pass_tail(
     batch: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, num_sms: int,
     max_tokens: int,
 ) -> bool:  # fmt: skip
-    """Whether a single pass of these shapes would end on a nearly empty wave: more than one and at most TAIL_WAVES
-    waves of R programs per SM (R = ``planner_target``, the programs of the single pass's tile that fit an SM, for the
-    TAIL_TILES classes, 16-bit caches and one query token), and a table that can hold sequences longer than
-    TAIL_LONG_TOKENS. The last wave's programs then run a few per SM, each at the speed of a lone program, for the
-    whole length of a sequence: ``auto`` makes such a call dual-path with the length gate (docs/design.md)."""
-    if q_len != 1 or kv_itemsize != 2 or max_tokens <= TAIL_LONG_TOKENS:
+    """Whether a single pass of these shapes would end on a nearly empty wave: more than one and at most W waves of
+    R programs per SM (TAIL_WAVES by tile class; 16-bit caches, one query token, TAIL_HEAD_DIMS), and a table that
+    can hold sequences longer than TAIL_LONG_TOKENS. The last wave's programs then run a few per SM, each at the
+    speed of a lone program, for the whole length of a sequence: a dual-path call takes the single pass only for an
+    even batch of short sequences there (``decode_splitk``, docs/design.md)."""
+    if q_len != 1 or kv_itemsize != 2 or head_dim not in TAIL_HEAD_DIMS or max_tokens <= TAIL_LONG_TOKENS:
         return False
-    _, target, tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)
-    programs, wave = batch * num_kv_heads, target * num_sms
-    return tile in TAIL_TILES and wave < programs <= TAIL_WAVES * wave
+    tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)[2]
+    per_sm, waves = TAIL_WAVES[tile]
+    programs, wave = batch * num_kv_heads, per_sm * num_sms
+    return wave < programs <= waves * wave
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
