@@ -19,6 +19,8 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py cliff2     # more of them: fuller last waves, two full waves, short and long rows
     python scripts/perf_probe.py gate       # there, the dual-path call with its length gate against both paths
     python scripts/perf_probe.py gate2      # the same for the small-group split tile (32/32) and head dim 256
+    python scripts/perf_probe.py scan       # auto and the single pass across batch sizes: µs per sequence by B
+    python scripts/perf_probe.py scan-plot probe.jsonl scan.png   # ...drawn
 """
 
 import itertools
@@ -29,7 +31,7 @@ import sys
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode import launcher, triton_common, triton_splitk
+from flashdecode import decode_attention, launcher, triton_common, triton_splitk
 from flashdecode.bench import Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
@@ -121,6 +123,13 @@ GATE2_ROWS = [
     Row([4096] * 13, 32, 32), Row([4096] * 16, 32, 32), Row([4096] * 17, 32, 32), Row([2048] * 26, 16, 16),
     Row([4096] * 34, 32, 8, 256), Row([4096] * 40, 32, 8, 256), Row([1024] * 13, 32, 32),
 ]  # fmt: skip
+# `perf_probe.py scan`: uniform batches across B for three head configurations, through auto's rule boundaries
+# (planned, dual path, tail gate, single pass): time per sequence should not step with B
+SCAN_ROWS = (
+    [Row([4096] * b, 12, 12) for b in range(8, 72, 4)] + [Row([4096] * b, 32, 8) for b in range(16, 164, 8)]
+    + [Row([1024] * b, 12, 2) for b in (64, 128, 192, 256, 272, 320, 368, 400)]
+)
+SCAN_VARIANTS = [("auto", dict(), "auto"), ("single", dict(), "single")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -177,9 +186,11 @@ def main():
     quant = sys.argv[1:] == ["quant"]
     cliff = sys.argv[1:] in (["cliff"], ["cliff2"])
     gate = sys.argv[1:] in (["gate"], ["gate2"])
+    scan = sys.argv[1:] == ["scan"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     variants = THRESHOLD_VARIANTS if threshold else variants
     variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
+    variants = SCAN_VARIANTS if scan else variants
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
@@ -189,6 +200,7 @@ def main():
     rows = THRESHOLD_ROWS if threshold else rows
     rows = QUANT_ROWS if quant else ((CLIFF2_ROWS if sys.argv[1:] == ["cliff2"] else CLIFF_ROWS) if cliff else rows)
     rows = (GATE2_ROWS if sys.argv[1:] == ["gate2"] else GATE_ROWS) if gate else rows
+    rows = SCAN_ROWS if scan else rows
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
@@ -199,7 +211,7 @@ def main():
         results = []
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         runs = []
-        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate
+        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate or scan
         for name, attrs, mode in variants:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
@@ -213,6 +225,8 @@ def main():
             out = torch.full_like(c.q, float("nan"))
 
             def fn():
+                if mode == "auto":
+                    return decode_attention(*next(it).args, softmax_scale=scale, out=out), None
                 if mode in ("single", "single_even"):
                     # single_even: the dual-path call's single pass alone (its evenness test, no planned kernels)
                     return decode_single(*next(it).args, scale, out, None, num_sms=sms, even_only=mode == "single_even")
@@ -243,5 +257,33 @@ def main():
         print(line)
 
 
+def plot_scan(jsonl, png):
+    """µs per sequence against B for each head configuration of a scan's probe.jsonl, auto and single pass."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [json.loads(line) for line in open(jsonl)]
+    configs = sorted({r["row"].split(" ", 1)[1] + " x " + r["row"].split("x")[1].split(" ")[0] for r in recs})
+    fig, axes = plt.subplots(1, len(configs), figsize=(5 * len(configs), 4), squeeze=False)
+    for ax, config in zip(axes[0], configs):
+        heads, tokens = config.split(" x ")
+        for variant, style in (("auto", "o-"), ("single", "x--")):
+            pts = sorted((int(r["row"].split("x")[0]), r["us"]) for r in recs
+                         if r["variant"] == variant and r["row"].endswith(heads) and f"x{tokens} " in r["row"])
+            ax.plot([b for b, _ in pts], [us / b for b, us in pts], style, label=variant, ms=4)
+        ax.set_title(f"{tokens} tokens, {heads} heads")
+        ax.set_xlabel("batch B")
+        ax.set_ylabel("µs per sequence (CUDA graph)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["scan-plot"]:
+        plot_scan(sys.argv[2], sys.argv[3])
+    else:
+        main()
