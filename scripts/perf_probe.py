@@ -21,6 +21,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py gate2      # the same for the small-group split tile (32/32) and head dim 256
     python scripts/perf_probe.py scan       # auto and the single pass across batch sizes: µs per sequence by B
     python scripts/perf_probe.py scan-plot probe.jsonl scan.png   # ...drawn
+    python scripts/perf_probe.py low        # auto's dual path from 1.75 single-pass programs per SM instead of 2
 """
 
 import itertools
@@ -31,7 +32,7 @@ import sys
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode import decode_attention, launcher, triton_common, triton_splitk
+from flashdecode import api, decode_attention, launcher, triton_common, triton_splitk
 from flashdecode.bench import Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
@@ -130,6 +131,15 @@ SCAN_ROWS = (
     + [Row([1024] * b, 12, 2) for b in (64, 128, 192, 256, 272, 320, 368, 400)]
 )
 SCAN_VARIANTS = [("auto", dict(), "auto"), ("single", dict(), "single")]
+# `perf_probe.py low`: auto's dual path from 1.75 instead of 2 single-pass programs per SM (1.7-1.94 per SM here)
+LOW_ROWS = [
+    Row([1024] * 128, 12, 2), Row([1024] * 120, 12, 2), Row([4096] * 20, 12, 12), Row([4096] * 30, 32, 8),
+    Row([512] * 112, 12, 2), Row([2048] * 116, 12, 2), Row([4096] * 19, 12, 12),
+    Row([300 + i * 53 % 1500 for i in range(128)], 12, 2),
+]  # fmt: skip
+LOW_VARIANTS = [("auto", dict(), "auto"), ("auto_175", dict(DUAL_PATH_MIN_PROGRAMS_PER_SM=1.75), "auto"),
+                ("single", dict(), "single"), ("auto_again", dict(), "auto"),
+                ("auto_175_again", dict(DUAL_PATH_MIN_PROGRAMS_PER_SM=1.75), "auto")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -144,6 +154,7 @@ VARIANTS = [
 ]
 # the single pass only where its grid is at least one program per SM and no sequence is long
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8", "64x1024 12/2", "16x1024 32/8"}
+API_DUAL_MIN = api.DUAL_PATH_MIN_PROGRAMS_PER_SM
 # variants whose per-kernel GPU time goes to profile.txt
 PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
@@ -156,8 +167,9 @@ def set_variant(attrs):
     for k, v in DEFAULTS.items():
         setattr(triton_splitk, k, v)
     triton_common.PDL = True
+    api.DUAL_PATH_MIN_PROGRAMS_PER_SM = API_DUAL_MIN
     for k, v in attrs.items():
-        setattr(triton_common if k == "PDL" else triton_splitk, k, v)
+        setattr(triton_common if k == "PDL" else (api if k.startswith("DUAL_PATH") else triton_splitk), k, v)
     # recorded calls hold the constants they were recorded under
     launcher.clear()
 
@@ -187,10 +199,11 @@ def main():
     cliff = sys.argv[1:] in (["cliff"], ["cliff2"])
     gate = sys.argv[1:] in (["gate"], ["gate2"])
     scan = sys.argv[1:] == ["scan"]
+    low = sys.argv[1:] == ["low"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     variants = THRESHOLD_VARIANTS if threshold else variants
     variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
-    variants = SCAN_VARIANTS if scan else variants
+    variants = SCAN_VARIANTS if scan else (LOW_VARIANTS if low else variants)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
@@ -200,7 +213,7 @@ def main():
     rows = THRESHOLD_ROWS if threshold else rows
     rows = QUANT_ROWS if quant else ((CLIFF2_ROWS if sys.argv[1:] == ["cliff2"] else CLIFF_ROWS) if cliff else rows)
     rows = (GATE2_ROWS if sys.argv[1:] == ["gate2"] else GATE_ROWS) if gate else rows
-    rows = SCAN_ROWS if scan else rows
+    rows = SCAN_ROWS if scan else (LOW_ROWS if low else rows)
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
@@ -211,7 +224,7 @@ def main():
         results = []
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         runs = []
-        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate or scan
+        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate or scan or low
         for name, attrs, mode in variants:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
