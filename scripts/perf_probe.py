@@ -22,6 +22,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py scan       # auto and the single pass across batch sizes: µs per sequence by B
     python scripts/perf_probe.py scan-plot probe.jsonl scan.png   # ...drawn
     python scripts/perf_probe.py low        # auto's dual path from 1.75 single-pass programs per SM instead of 2
+    python scripts/perf_probe.py overhead   # the cost model's per-chunk fixed cost, 32 (rule) to 256 tokens
 """
 
 import itertools
@@ -140,6 +141,17 @@ LOW_ROWS = [
 LOW_VARIANTS = [("auto", dict(), "auto"), ("auto_175", dict(DUAL_PATH_MIN_PROGRAMS_PER_SM=1.75), "auto"),
                 ("single", dict(), "single"), ("auto_again", dict(), "auto"),
                 ("auto_175_again", dict(DUAL_PATH_MIN_PROGRAMS_PER_SM=1.75), "auto")]
+# `perf_probe.py overhead`: the cost model's per-chunk fixed cost (CHUNK_OVERHEAD_TOKENS) on the rows auto plans
+OVERHEAD_ROWS = [
+    Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([1024] * 64, 12, 2),
+    Row([4096] * 16, 12, 2), Row([16384] * 4, 12, 2), Row([65536], 12, 2), Row([131072], 12, 2), Row([8192], 32, 32),
+    Row([32768], 32, 32), Row([2048], 28, 4), Row([2048] * 8, 28, 4), Row([131072] + [1024] * 63, 32, 8),
+    Row([512] * 112, 12, 2), Row([1024] * 128, 12, 2), Row([512] * 30, 32, 8), Row([4096] * 24, 32, 8),
+    Row([1024] * 16, 32, 8), Row([700] * 60, 12, 2),
+]  # fmt: skip
+OVERHEAD_VARIANTS = [("auto", dict(), "auto")] + [
+    (f"ovh{t}", dict(CHUNK_OVERHEAD_TOKENS=t), "auto") for t in (64, 128, 256)
+] + [("auto_again", dict(), "auto")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -160,7 +172,7 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS")}
 
 
 def set_variant(attrs):
@@ -200,10 +212,12 @@ def main():
     gate = sys.argv[1:] in (["gate"], ["gate2"])
     scan = sys.argv[1:] == ["scan"]
     low = sys.argv[1:] == ["low"]
+    overhead = sys.argv[1:] == ["overhead"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     variants = THRESHOLD_VARIANTS if threshold else variants
     variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
     variants = SCAN_VARIANTS if scan else (LOW_VARIANTS if low else variants)
+    variants = OVERHEAD_VARIANTS if overhead else variants
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
@@ -214,6 +228,7 @@ def main():
     rows = QUANT_ROWS if quant else ((CLIFF2_ROWS if sys.argv[1:] == ["cliff2"] else CLIFF_ROWS) if cliff else rows)
     rows = (GATE2_ROWS if sys.argv[1:] == ["gate2"] else GATE_ROWS) if gate else rows
     rows = SCAN_ROWS if scan else (LOW_ROWS if low else rows)
+    rows = OVERHEAD_ROWS if overhead else rows
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
