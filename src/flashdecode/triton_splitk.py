@@ -93,8 +93,12 @@ SATURATION_PER_SM = 4
 #   64 x 4096 520.0 against 542.6 planned
 # None: SATURATION_PER_SM for every tile (measurements)
 PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2)
-# ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read)
-CHUNK_OVERHEAD_TOKENS = 32
+# ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read).
+# H200, perf_probe overhead at 44b5525 (auto, graph µs, 32 -> 64 / 128 / 256): 112 x 512 12/2 28.1 -> 24.2 (two
+# 256-token chunks a sequence instead of four of 128), every other planned row of the probe (the anchor grid's, the
+# ragged one, six more) keeps its cut and time at 64 and 128; at 256 8 x 2048 28/4 got 8 chunks a sequence,
+# 17.3 -> 18.3
+CHUNK_OVERHEAD_TOKENS = 64
 # chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more). Fewer (6, 5, 4 or
 # the tile's target) were measured and not kept: probe 1294503, docs/design.md
 EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
