@@ -23,6 +23,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py scan-plot probe.jsonl scan.png   # ...drawn
     python scripts/perf_probe.py low        # auto's dual path from 1.75 single-pass programs per SM instead of 2
     python scripts/perf_probe.py overhead   # the cost model's per-chunk fixed cost, 32 (rule) to 256 tokens
+    python scripts/perf_probe.py slots      # more chunk slots in the planned grid (EXTRA_PROGRAMS_PER_SM 12, 16)
 """
 
 import itertools
@@ -152,6 +153,16 @@ OVERHEAD_ROWS = [
 OVERHEAD_VARIANTS = [("auto", dict(), "auto")] + [
     (f"ovh{t}", dict(CHUNK_OVERHEAD_TOKENS=t), "auto") for t in (64, 128, 256)
 ] + [("auto_again", dict(), "auto")]
+# `perf_probe.py slots`: more chunk slots in the planned grid (EXTRA_PROGRAMS_PER_SM 8 -> 12, 16), so that the
+# planner may cut the tail gate's long rows finer; rows whose cut does not change as controls
+SLOTS_ROWS = [
+    Row([4096] * 34, 12, 12), Row([4096] * 36, 12, 12), Row([4096] * 40, 12, 12), Row([16384] * 36, 12, 12),
+    Row([4096] * 72, 32, 8), Row([4096] * 80, 32, 8), Row([2048] * 76, 32, 8), Row([1024] * 272, 12, 2),
+    Row([2048] * 8, 28, 4), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 12), Row([131072] + [1024] * 63, 32, 8),
+    Row([4096] * 24, 32, 8), Row([256] * 256, 12, 2),
+]  # fmt: skip
+SLOTS_VARIANTS = [("auto", dict(), "auto"), ("slots12", dict(EXTRA_PROGRAMS_PER_SM=12), "auto"),
+                  ("slots16", dict(EXTRA_PROGRAMS_PER_SM=16), "auto"), ("auto_again", dict(), "auto")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -213,11 +224,12 @@ def main():
     scan = sys.argv[1:] == ["scan"]
     low = sys.argv[1:] == ["low"]
     overhead = sys.argv[1:] == ["overhead"]
+    slots = sys.argv[1:] == ["slots"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     variants = THRESHOLD_VARIANTS if threshold else variants
     variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
     variants = SCAN_VARIANTS if scan else (LOW_VARIANTS if low else variants)
-    variants = OVERHEAD_VARIANTS if overhead else variants
+    variants = OVERHEAD_VARIANTS if overhead else (SLOTS_VARIANTS if slots else variants)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
@@ -228,7 +240,7 @@ def main():
     rows = QUANT_ROWS if quant else ((CLIFF2_ROWS if sys.argv[1:] == ["cliff2"] else CLIFF_ROWS) if cliff else rows)
     rows = (GATE2_ROWS if sys.argv[1:] == ["gate2"] else GATE_ROWS) if gate else rows
     rows = SCAN_ROWS if scan else (LOW_ROWS if low else rows)
-    rows = OVERHEAD_ROWS if overhead else rows
+    rows = OVERHEAD_ROWS if overhead else (SLOTS_ROWS if slots else rows)
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
