@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
-from flashdecode import api, decode_attention, triton_common
+from flashdecode import api, decode_attention, launcher, triton_common
 from flashdecode.triton_common import Features, even_lengths
 from flashdecode.triton_single import decode_single
 from flashdecode.triton_splitk import decode_splitk
@@ -137,10 +137,10 @@ def _tail_case(lens, seed, device):
     [([600] * 5, True, True), ([1100] * 5, True, False), ([1100, 100, 100, 100, 100], False, False)],
     ids=["even-short", "even-long", "uneven"],
 )
-def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, device):
+def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, device, monkeypatch):
     """Where the single pass would end on a nearly empty wave (``single_pass_tail``), a dual-path call takes the
     single pass only for an even batch of mean visible length < TAIL_LONG_TOKENS: bit-identical to the path run
-    alone, different from the other, and matching the reference."""
+    alone (the planned one with the gate's chunk slots), different from the other, and matching the reference."""
     from flashdecode import triton_splitk
 
     assert triton_splitk.TAIL_LONG_TOKENS == 1024
@@ -148,6 +148,9 @@ def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, de
     assert triton_splitk.single_pass_tail(5, 128, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, c.block_table.shape[1] * 16)
     assert even_lengths(lens, long_mean=1024) == single and even_lengths(lens) == even
     out, lse = _run(c, device, "dual", num_sms=TAIL_SMS)
+    # under the gate the planned path gets TAIL_EXTRA_PROGRAMS_PER_SM chunk slots (a finer cut of long batches)
+    monkeypatch.setattr(triton_splitk, "EXTRA_PROGRAMS_PER_SM", triton_splitk.TAIL_EXTRA_PROGRAMS_PER_SM)
+    launcher.clear()
     alone = _run(c, device, "single" if single else "planned", num_sms=TAIL_SMS)
     assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
     other = _run(c, device, "planned" if single else "single", num_sms=TAIL_SMS)

@@ -102,6 +102,12 @@ CHUNK_OVERHEAD_TOKENS = 64
 # chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more). Fewer (6, 5, 4 or
 # the tile's target) were measured and not kept: probe 1294503, docs/design.md
 EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
+# ...and in a dual-path call under the tail gate (single_pass_tail), whose planned path takes batches of more than a
+# wave of long sequences: room for the planner to cut them finer. H200, perf_probe slots at 7879ea2 (auto, graph µs,
+# 8 -> 12 / 16 for every planned call): 34 x 4096 12/12 241.3 -> 223.0 / 225.8, 36 x 16384 12/12 965.6 -> 857.4 /
+# 859.0, 80 x 4096 32/8 347.4 -> 347.8 / 325.1, 76 x 2048 32/8 178.3 -> 178.2 / 169.2; but 8 x 2048 28/4 (planned in
+# place) 17.3 -> 18.4 / 19.6, hence only there
+TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
@@ -665,10 +671,10 @@ def _combine_kernel(
         tl.store(LSE + seq * num_rows + row, lse)
 
 
-def grid_chunks(batch: int, num_kv_heads: int, num_sms: int) -> int:
-    """Chunk slots of the planned grid: one per sequence plus EXTRA_PROGRAMS_PER_SM programs per SM. Sized from
-    B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
-    return batch + cdiv(EXTRA_PROGRAMS_PER_SM * num_sms, num_kv_heads)
+def grid_chunks(batch: int, num_kv_heads: int, num_sms: int, extra: int | None = None) -> int:
+    """Chunk slots of the planned grid: one per sequence plus extra (EXTRA_PROGRAMS_PER_SM unless given) programs per
+    SM. Sized from B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
+    return batch + cdiv((EXTRA_PROGRAMS_PER_SM if extra is None else extra) * num_sms, num_kv_heads)
 
 
 def num_candidates(max_tokens: int, block_n: int) -> int:
@@ -947,7 +953,8 @@ def decode_splitk(
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
         num_splits = max(1, cdiv(max_tokens, split_tokens))
     if num_splits is None:
-        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms), 0
+        # the tail gate's planned path takes long batches of more than a wave: more slots, a finer cut
+        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, TAIL_EXTRA_PROGRAMS_PER_SM if long_mean else None), 0
     else:
         chunks, fixed = batch * num_splits, num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
