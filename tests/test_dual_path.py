@@ -123,18 +123,24 @@ def test_each_path_is_idle_on_the_other_paths_batches(inline, device, monkeypatc
 
 
 # the length gate: 2 SMs, Hkv 2, group 4 (grouped tile, R = 4): B = 5 gives 10 single-pass programs, one wave of 8
-# and a last wave of 2, within TAIL_WAVES; tables of 1120 tokens, more than TAIL_LONG_TOKENS
+# and a last wave of 2, within TAIL_WAVES. The gate's threshold is scaled down to 256 tokens for the interpreter's
+# sake (LONG_MEAN is a kernel argument like any other), with tables of 640 tokens; at 600 tokens the gate's extra
+# chunk slots change the planned cut (15 chunks instead of 10)
 TAIL_SMS = 2
+TAIL_LONG = 256
 
 
-def _tail_case(lens, seed, device):
-    """A bf16 case whose table holds 70 pages (1120 tokens) whatever the lengths."""
-    return case(lens, 8, 2, 128, 16, torch.bfloat16, device, seed=seed, extra_table_columns=70 - -(-max(lens) // 16))
+def _tail_case(lens, seed, device, monkeypatch):
+    """A bf16 case whose table holds 40 pages (640 tokens) whatever the lengths, under a 256-token gate."""
+    from flashdecode import triton_splitk
+
+    monkeypatch.setattr(triton_splitk, "TAIL_LONG_TOKENS", TAIL_LONG)
+    return case(lens, 8, 2, 128, 16, torch.bfloat16, device, seed=seed, extra_table_columns=40 - -(-max(lens) // 16))
 
 
 @pytest.mark.parametrize(
     "lens,even,single",
-    [([600] * 5, True, True), ([1100] * 5, True, False), ([1100, 100, 100, 100, 100], False, False)],
+    [([150] * 5, True, True), ([600] * 5, True, False), ([600, 60, 60, 60, 60], False, False)],
     ids=["even-short", "even-long", "uneven"],
 )
 def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, device, monkeypatch):
@@ -143,10 +149,9 @@ def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, de
     alone (the planned one with the gate's chunk slots), different from the other, and matching the reference."""
     from flashdecode import triton_splitk
 
-    assert triton_splitk.TAIL_LONG_TOKENS == 1024
-    c = _tail_case(lens, 36, device)
+    c = _tail_case(lens, 36, device, monkeypatch)
     assert triton_splitk.single_pass_tail(5, 128, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, c.block_table.shape[1] * 16)
-    assert even_lengths(lens, long_mean=1024) == single and even_lengths(lens) == even
+    assert even_lengths(lens, long_mean=TAIL_LONG) == single and even_lengths(lens) == even
     out, lse = _run(c, device, "dual", num_sms=TAIL_SMS)
     # under the gate the planned path gets TAIL_EXTRA_PROGRAMS_PER_SM chunk slots (a finer cut of long batches)
     monkeypatch.setattr(triton_splitk, "EXTRA_PROGRAMS_PER_SM", triton_splitk.TAIL_EXTRA_PROGRAMS_PER_SM)
@@ -166,11 +171,11 @@ def test_tail_gate_paths_are_idle_on_the_other_paths_batches(device, monkeypatch
     alone write nothing on an even short one."""
     from flashdecode import triton_splitk
 
-    long = _tail_case([1100] * 5, 37, device)
+    long = _tail_case([600] * 5, 37, device, monkeypatch)
     out = torch.full_like(long.q, float("nan"))
-    decode_single(*long.args, SCALE, out, None, num_sms=TAIL_SMS, even_only=True, long_mean=1024)
+    decode_single(*long.args, SCALE, out, None, num_sms=TAIL_SMS, even_only=True, long_mean=TAIL_LONG)
     assert out.isnan().all()
-    short = _tail_case([600] * 5, 38, device)
+    short = _tail_case([150] * 5, 38, device, monkeypatch)
     monkeypatch.setattr(triton_splitk, "decode_single", lambda *a, **k: None)
     out = torch.full_like(short.q, float("nan"))
     lse = torch.full(short.q.shape[:-1], float("nan"), device=device)
