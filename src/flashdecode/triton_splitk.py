@@ -27,6 +27,8 @@ Two ways to cut, one kernel:
 * dual path (``dual_path=True``, what ``auto`` uses at 2 to 4 single-pass programs per SM): the single pass is
   launched first and writes only if the lengths are even (the longest at most 1.5 times the mean,
   ``triton_common.even_batch``); the planned kernels after it take the same test and return on an even batch.
+  Where the single pass would end on a nearly empty wave (``single_pass_tail``: a little more than one wave of
+  programs), "even" also asks for a mean length below TAIL_LONG_TOKENS, and the planned grid gets more chunk slots.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
