@@ -24,6 +24,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py low        # auto's dual path from 1.75 single-pass programs per SM instead of 2
     python scripts/perf_probe.py overhead   # the cost model's per-chunk fixed cost, 32 (rule) to 256 tokens
     python scripts/perf_probe.py slots      # more chunk slots in the planned grid (EXTRA_PROGRAMS_PER_SM 12, 16)
+    python scripts/perf_probe.py wider      # 1.5-1.7 waves with the gate's slots: single pass against planned
 """
 
 import itertools
@@ -163,6 +164,11 @@ SLOTS_ROWS = [
 ]  # fmt: skip
 SLOTS_VARIANTS = [("auto", dict(), "auto"), ("slots12", dict(EXTRA_PROGRAMS_PER_SM=12), "auto"),
                   ("slots16", dict(EXTRA_PROGRAMS_PER_SM=16), "auto"), ("auto_again", dict(), "auto")]
+# `perf_probe.py wider`: 1.5-1.7 waves, past the gate's range: would the gate's 16 extra slots make the planned
+# path win there (the 12/12 rows get 4 chunks a sequence with them)?
+WIDER_ROWS = [Row([4096] * 50, 12, 12), Row([4096] * 55, 12, 12), Row([16384] * 50, 12, 12), Row([4096] * 100, 32, 8)]
+WIDER_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"),
+                  ("planned16", dict(EXTRA_PROGRAMS_PER_SM=16), "planned"), ("single_again", dict(), "single")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -225,11 +231,13 @@ def main():
     low = sys.argv[1:] == ["low"]
     overhead = sys.argv[1:] == ["overhead"]
     slots = sys.argv[1:] == ["slots"]
+    wider = sys.argv[1:] == ["wider"]
     variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
     variants = THRESHOLD_VARIANTS if threshold else variants
     variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
     variants = SCAN_VARIANTS if scan else (LOW_VARIANTS if low else variants)
     variants = OVERHEAD_VARIANTS if overhead else (SLOTS_VARIANTS if slots else variants)
+    variants = WIDER_VARIANTS if wider else variants
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
@@ -241,6 +249,7 @@ def main():
     rows = (GATE2_ROWS if sys.argv[1:] == ["gate2"] else GATE_ROWS) if gate else rows
     rows = SCAN_ROWS if scan else (LOW_ROWS if low else rows)
     rows = OVERHEAD_ROWS if overhead else (SLOTS_ROWS if slots else rows)
+    rows = WIDER_ROWS if wider else rows
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
@@ -251,7 +260,7 @@ def main():
         results = []
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         runs = []
-        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate or scan or low
+        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate or scan or low or wider
         for name, attrs, mode in variants:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
