@@ -218,38 +218,30 @@ def profile_row(row, fn, log):
     log.flush()
 
 
+# mode (the command-line argument) -> (rows, variants); "" is the default
+MODES = {
+    "": (ROWS, VARIANTS), "deep": (DEEP_ROWS, VARIANTS), "fused": (FUSED_ROWS, VARIANTS),
+    "dual": (DUAL_ROWS, DUAL_VARIANTS), "waves": (WAVES_ROWS, WAVES_VARIANTS),
+    "threshold": (THRESHOLD_ROWS, THRESHOLD_VARIANTS), "quant": (QUANT_ROWS, QUANT_VARIANTS),
+    "cliff": (CLIFF_ROWS, CLIFF_VARIANTS), "cliff2": (CLIFF2_ROWS, CLIFF_VARIANTS), "gate": (GATE_ROWS, GATE_VARIANTS),
+    "gate2": (GATE2_ROWS, GATE_VARIANTS), "scan": (SCAN_ROWS, SCAN_VARIANTS), "low": (LOW_ROWS, LOW_VARIANTS),
+    "overhead": (OVERHEAD_ROWS, OVERHEAD_VARIANTS), "slots": (SLOTS_ROWS, SLOTS_VARIANTS),
+    "wider": (WIDER_ROWS, WIDER_VARIANTS),
+}  # fmt: skip
+# the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
+SINGLE_ON_SOME_ROWS = ("", "fused")
+
+
 def main():
-    deep = sys.argv[1:] == ["deep"]
-    fused = sys.argv[1:] == ["fused"]
-    dual = sys.argv[1:] == ["dual"]
-    waves = sys.argv[1:] == ["waves"]
-    threshold = sys.argv[1:] == ["threshold"]
-    quant = sys.argv[1:] == ["quant"]
-    cliff = sys.argv[1:] in (["cliff"], ["cliff2"])
-    gate = sys.argv[1:] in (["gate"], ["gate2"])
-    scan = sys.argv[1:] == ["scan"]
-    low = sys.argv[1:] == ["low"]
-    overhead = sys.argv[1:] == ["overhead"]
-    slots = sys.argv[1:] == ["slots"]
-    wider = sys.argv[1:] == ["wider"]
-    variants = DUAL_VARIANTS if dual else (WAVES_VARIANTS if waves else VARIANTS)
-    variants = THRESHOLD_VARIANTS if threshold else variants
-    variants = QUANT_VARIANTS if quant else (CLIFF_VARIANTS if cliff else (GATE_VARIANTS if gate else variants))
-    variants = SCAN_VARIANTS if scan else (LOW_VARIANTS if low else variants)
-    variants = OVERHEAD_VARIANTS if overhead else (SLOTS_VARIANTS if slots else variants)
-    variants = WIDER_VARIANTS if wider else variants
+    mode_name = " ".join(sys.argv[1:])
+    if mode_name not in MODES:
+        sys.exit(f"perf_probe.py: unknown mode {mode_name!r}; modes: {', '.join(repr(m) for m in MODES)}")
+    rows, variants = MODES[mode_name]
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "probe.jsonl"), "w")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
     table = []
-    rows = DEEP_ROWS if deep else (FUSED_ROWS if fused else (DUAL_ROWS if dual else (WAVES_ROWS if waves else ROWS)))
-    rows = THRESHOLD_ROWS if threshold else rows
-    rows = QUANT_ROWS if quant else ((CLIFF2_ROWS if sys.argv[1:] == ["cliff2"] else CLIFF_ROWS) if cliff else rows)
-    rows = (GATE2_ROWS if sys.argv[1:] == ["gate2"] else GATE_ROWS) if gate else rows
-    rows = SCAN_ROWS if scan else (LOW_ROWS if low else rows)
-    rows = OVERHEAD_ROWS if overhead else (SLOTS_ROWS if slots else rows)
-    rows = WIDER_ROWS if wider else rows
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
@@ -260,7 +252,7 @@ def main():
         results = []
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         runs = []
-        single_everywhere = deep or dual or waves or threshold or quant or cliff or gate or scan or low or wider
+        single_everywhere = mode_name not in SINGLE_ON_SOME_ROWS
         for name, attrs, mode in variants:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads

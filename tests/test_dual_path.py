@@ -205,7 +205,7 @@ def test_tail_range_by_tile_class():
     """The single pass's programs per SM and the waves the gate covers, by tile class on an H200 (132 SMs): MHA
     12/12 (3 per SM, up to 1.4 waves), GQA 32/8 (4, 1.4), the small-group class 32/32 (its single pass fits 3 per SM,
     1.3 waves) and head dim 256 (2, 1.25); not at head dim 64, whose tiles were not measured."""
-    from flashdecode.triton_splitk import single_pass_tail
+    from flashdecode.triton_splitk import TAIL_WAVES, single_pass_tail
 
     def tail(batch, hq, hkv, head_dim=128):
         return single_pass_tail(batch, head_dim, hq // hkv, torch.bfloat16, 1, 2, hkv, 132, 8192)
@@ -215,3 +215,5 @@ def test_tail_range_by_tile_class():
     assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [False, True, True, False]
     assert [tail(b, 32, 8, 256) for b in (33, 34, 41, 42)] == [False, True, True, False]
     assert not tail(34, 32, 8, 64)
+    # auto skips the lookup below 2 programs per SM (api._choose_backend)
+    assert min(per_sm for per_sm, _ in TAIL_WAVES.values()) >= 2
