@@ -25,6 +25,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py overhead   # the cost model's per-chunk fixed cost, 32 (rule) to 256 tokens
     python scripts/perf_probe.py slots      # more chunk slots in the planned grid (EXTRA_PROGRAMS_PER_SM 12, 16)
     python scripts/perf_probe.py wider      # 1.5-1.7 waves with the gate's slots: single pass against planned
+    python scripts/perf_probe.py split      # the tail split (single pass for the full waves, planned for the rest)
 """
 
 import itertools
@@ -169,6 +170,26 @@ SLOTS_VARIANTS = [("auto", dict(), "auto"), ("slots12", dict(EXTRA_PROGRAMS_PER_
 WIDER_ROWS = [Row([4096] * 50, 12, 12), Row([4096] * 55, 12, 12), Row([16384] * 50, 12, 12), Row([4096] * 100, 32, 8)]
 WIDER_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"),
                   ("planned16", dict(EXTRA_PROGRAMS_PER_SM=16), "planned"), ("single_again", dict(), "single")]
+# `perf_probe.py split`: the tail gate's split of an even long batch (TAIL_SPLIT) after 1, 2 or 3 full waves, last
+# waves filled 0.03 to 0.6, against the single pass and the gate without the split (planned path for 1-1.4 waves,
+# single pass above); "wide" lets the gate take last waves up to 0.7. Short, uneven and anchor rows as controls
+SPLIT_ROWS = [
+    Row([4096] * 34, 12, 12), Row([4096] * 40, 12, 12), Row([4096] * 46, 12, 12), Row([4096] * 50, 12, 12),
+    Row([4096] * 53, 12, 12), Row([4096] * 68, 12, 12), Row([4096] * 75, 12, 12), Row([4096] * 80, 12, 12),
+    Row([4096] * 101, 12, 12), Row([1024] * 68, 12, 12), Row([16384] * 36, 12, 12), Row([4096] * 72, 32, 8),
+    Row([4096] * 80, 32, 8), Row([4096] * 92, 32, 8), Row([4096] * 100, 32, 8), Row([4096] * 136, 32, 8),
+    Row([4096] * 144, 32, 8), Row([4096] * 160, 32, 8), Row([2048] * 140, 32, 8), Row([1024] * 272, 12, 2),
+    Row([1024] * 320, 12, 2), Row([1024] * 368, 12, 2), Row([4096] * 13, 32, 32), Row([4096] * 16, 32, 32),
+    Row([4096] * 34, 32, 8, 256), Row([4096] * 40, 32, 8, 256), Row([512] * 34, 12, 12), Row([768] * 68, 32, 8),
+    Row([512 + i * 229 % 7680 for i in range(34)], 12, 12), Row([65536] + [1024] * 79, 32, 8),
+    Row([1024] * 64, 12, 12), Row([4096] * 64, 32, 8),
+]  # fmt: skip
+SPLIT_VARIANTS = [
+    ("single", dict(), "single"), ("nosplit", dict(TAIL_SPLIT=False), "auto"), ("auto", dict(), "auto"),
+    ("forward", dict(TAIL_LAST_FIRST=False), "auto"),
+    ("wide", dict(TAIL_WAVES={t: (r, 1.7) for t, (r, _) in triton_splitk.TAIL_WAVES.items()}), "auto"),
+    ("auto_again", dict(), "auto"),
+]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -189,7 +210,8 @@ PROFILED = ("rule", "fixed16")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
-             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS")}
+             "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
+             "TAIL_WAVES", "TAIL_LAST_FIRST")}
 
 
 def set_variant(attrs):
@@ -199,8 +221,9 @@ def set_variant(attrs):
     api.DUAL_PATH_MIN_PROGRAMS_PER_SM = API_DUAL_MIN
     for k, v in attrs.items():
         setattr(triton_common if k == "PDL" else (api if k.startswith("DUAL_PATH") else triton_splitk), k, v)
-    # recorded calls hold the constants they were recorded under
+    # recorded calls hold the constants they were recorded under, and the tail lookup its answers
     launcher.clear()
+    triton_splitk.single_pass_tail.cache_clear()
 
 
 def profile_row(row, fn, log):
@@ -226,7 +249,7 @@ MODES = {
     "cliff": (CLIFF_ROWS, CLIFF_VARIANTS), "cliff2": (CLIFF2_ROWS, CLIFF_VARIANTS), "gate": (GATE_ROWS, GATE_VARIANTS),
     "gate2": (GATE2_ROWS, GATE_VARIANTS), "scan": (SCAN_ROWS, SCAN_VARIANTS), "low": (LOW_ROWS, LOW_VARIANTS),
     "overhead": (OVERHEAD_ROWS, OVERHEAD_VARIANTS), "slots": (SLOTS_ROWS, SLOTS_VARIANTS),
-    "wider": (WIDER_ROWS, WIDER_VARIANTS),
+    "wider": (WIDER_ROWS, WIDER_VARIANTS), "split": (SPLIT_ROWS, SPLIT_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")

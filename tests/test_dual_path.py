@@ -5,6 +5,8 @@ otherwise only the planned path does. The tests check which path wrote by bit-id
 on both sides of the threshold, and against the float64 reference with NaN-poisoned outputs.
 """
 
+import functools
+
 import pytest
 import torch
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
@@ -122,10 +124,11 @@ def test_each_path_is_idle_on_the_other_paths_batches(inline, device, monkeypatc
     assert out.isnan().all() and lse.isnan().all()
 
 
-# the length gate: 2 SMs, Hkv 2, group 4 (grouped tile, R = 4): B = 5 gives 10 single-pass programs, one wave of 8
-# and a last wave of 2, within TAIL_WAVES. The gate's threshold is scaled down to 256 tokens for the interpreter's
-# sake (LONG_MEAN is a kernel argument like any other), with tables of 640 tokens; at 600 tokens the gate's extra
-# chunk slots change the planned cut (15 chunks instead of 10)
+# the length gate: 2 SMs, Hkv 2, group 4 (grouped tile, R = 4): a wave is 8 single-pass programs. B = 5 gives 10, one
+# wave and a last one of 2; B = 9 gives 18, two waves and 2; both within TAIL_WAVES. The gate's threshold is scaled
+# down to 256 tokens for the interpreter's sake (LONG_MEAN is a kernel argument like any other), with tables of 640
+# tokens; at 600 tokens the gate's extra chunk slots change the planned cut of the whole batch (15 chunks instead of
+# 10)
 TAIL_SMS = 2
 TAIL_LONG = 256
 
@@ -135,48 +138,95 @@ def _tail_case(lens, seed, device, monkeypatch):
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "TAIL_LONG_TOKENS", TAIL_LONG)
+    # single_pass_tail's answers depend on the gate: a cache of this test's own
+    fresh = functools.lru_cache(triton_splitk.single_pass_tail.__wrapped__)
+    monkeypatch.setattr(triton_splitk, "single_pass_tail", fresh)
     return case(lens, 8, 2, 128, 16, torch.bfloat16, device, seed=seed, extra_table_columns=40 - -(-max(lens) // 16))
+
+
+def _tail_first(batch):
+    from flashdecode import triton_splitk
+
+    return triton_splitk.single_pass_tail(batch, 128, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, 640)
+
+
+def _planned_from(c, first, device):
+    """(out, lse) of the planned path run alone on sequences first.. (a batch of its own), NaN-filled buffers."""
+    q, k_cache, v_cache, seqlens, table = c.args
+    out = torch.full_like(q[first:], float("nan"))
+    lse = torch.full(q[first:].shape[:-1], float("nan"), device=device)
+    decode_splitk(q[first:], k_cache, v_cache, seqlens[first:], table[first:], q.shape[-1] ** -0.5, out, lse,
+                  num_sms=TAIL_SMS)  # fmt: skip
+    return out, lse
+
+
+def _tail_expected(c, lens, device, monkeypatch):
+    """What a dual-path call under the gate must write, from the paths run alone: the single pass for an even short
+    batch; for an even long one the single pass up to the sequence single_pass_tail names and the planned path (with
+    the gate's chunk slots) from there; the planned path for an uneven one. Also the path that must not have
+    written the whole batch."""
+    from flashdecode import triton_splitk
+
+    first = _tail_first(len(lens))
+    single = _run(c, device, "single", num_sms=TAIL_SMS)
+    # under the gate the planned path gets TAIL_EXTRA_PROGRAMS_PER_SM chunk slots (a finer cut of long batches)
+    monkeypatch.setattr(triton_splitk, "EXTRA_PROGRAMS_PER_SM", triton_splitk.TAIL_EXTRA_PROGRAMS_PER_SM)
+    launcher.clear()
+    planned = _run(c, device, "planned", num_sms=TAIL_SMS)
+    if even_lengths(lens, long_mean=TAIL_LONG):
+        return single, planned
+    if not even_lengths(lens):
+        return planned, single
+    tail = _planned_from(c, first, device)
+    return tuple(torch.cat([s[:first], t]) for s, t in zip(single, tail)), planned
 
 
 @pytest.mark.parametrize(
     "lens,even,single",
-    [([150] * 5, True, True), ([600] * 5, True, False), ([600, 60, 60, 60, 60], False, False)],
-    ids=["even-short", "even-long", "uneven"],
+    [
+        ([150] * 5, True, True), ([600] * 5, True, False), ([600, 60, 60, 60, 60], False, False),
+        ([600] * 9, True, False),
+    ],  # fmt: skip
+    ids=["even-short", "even-long", "uneven", "even-long-2-waves"],
 )
-def test_tail_gate_sends_long_batches_to_the_planned_path(lens, even, single, device, monkeypatch):
+def test_tail_gate_splits_long_batches(lens, even, single, device, monkeypatch):
     """Where the single pass would end on a nearly empty wave (``single_pass_tail``), a dual-path call takes the
-    single pass only for an even batch of mean visible length < TAIL_LONG_TOKENS: bit-identical to the path run
-    alone (the planned one with the gate's chunk slots), different from the other, and matching the reference."""
-    from flashdecode import triton_splitk
-
+    single pass only for an even batch of mean visible length < TAIL_LONG_TOKENS; an even long one is split (the
+    single pass for the sequences of the full waves, the planned path for the rest) and an uneven one planned.
+    Bit-identical to the paths run alone, different from the wrong one, and matching the reference."""
     c = _tail_case(lens, 36, device, monkeypatch)
-    assert triton_splitk.single_pass_tail(5, 128, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, c.block_table.shape[1] * 16)
+    assert _tail_first(len(lens)) == (4 if len(lens) == 5 else 8)
     assert even_lengths(lens, long_mean=TAIL_LONG) == single and even_lengths(lens) == even
     out, lse = _run(c, device, "dual", num_sms=TAIL_SMS)
-    # under the gate the planned path gets TAIL_EXTRA_PROGRAMS_PER_SM chunk slots (a finer cut of long batches)
-    monkeypatch.setattr(triton_splitk, "EXTRA_PROGRAMS_PER_SM", triton_splitk.TAIL_EXTRA_PROGRAMS_PER_SM)
-    launcher.clear()
-    alone = _run(c, device, "single" if single else "planned", num_sms=TAIL_SMS)
-    assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
-    other = _run(c, device, "planned" if single else "single", num_sms=TAIL_SMS)
-    # bf16 outputs may round alike; the fp32 LSEs of the two paths differ
+    (want_out, want_lse), other = _tail_expected(c, lens, device, monkeypatch)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    # bf16 outputs may round alike; the fp32 LSEs of the paths differ
     assert not torch.equal(lse, other[1])
     ref_out, ref_lse = reference_of(c)
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
     assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
-def test_tail_gate_paths_are_idle_on_the_other_paths_batches(device, monkeypatch):
-    """Under the length gate, the single pass alone writes nothing on an even long batch, and the planned kernels
-    alone write nothing on an even short one."""
+@pytest.mark.parametrize("batch", [5, 9])
+def test_tail_gate_paths_write_only_their_sequences(batch, device, monkeypatch):
+    """Under the length gate each path of a dual-path call, run alone, writes exactly its part (on the GPU they run
+    at once, so a write by the wrong one would race): on an even long batch the single pass the sequences before
+    single_pass_tail's and the planned kernels the others; on an even short one the planned kernels nothing."""
     from flashdecode import triton_splitk
 
-    long = _tail_case([600] * 5, 37, device, monkeypatch)
+    long = _tail_case([600] * batch, 37, device, monkeypatch)
+    first = _tail_first(batch)
     out = torch.full_like(long.q, float("nan"))
-    decode_single(*long.args, SCALE, out, None, num_sms=TAIL_SMS, even_only=True, long_mean=TAIL_LONG)
-    assert out.isnan().all()
-    short = _tail_case([150] * 5, 38, device, monkeypatch)
+    decode_single(*long.args, SCALE, out, None, num_sms=TAIL_SMS, even_only=True, long_mean=TAIL_LONG,
+                  tail_first=first, last_first=True)  # fmt: skip
+    assert not out[:first].isnan().any() and out[first:].isnan().all()
     monkeypatch.setattr(triton_splitk, "decode_single", lambda *a, **k: None)
+    out = torch.full_like(long.q, float("nan"))
+    lse = torch.full(long.q.shape[:-1], float("nan"), device=device)
+    decode_splitk(*long.args, SCALE, out, lse, num_sms=TAIL_SMS, dual_path=True)
+    assert out[:first].isnan().all() and lse[:first].isnan().all()
+    assert not out[first:].isnan().any() and not lse[first:].isnan().any()
+    short = _tail_case([150] * batch, 38, device, monkeypatch)
     out = torch.full_like(short.q, float("nan"))
     lse = torch.full(short.q.shape[:-1], float("nan"), device=device)
     decode_splitk(*short.args, SCALE, out, lse, num_sms=TAIL_SMS, dual_path=True)
@@ -184,9 +234,10 @@ def test_tail_gate_paths_are_idle_on_the_other_paths_batches(device, monkeypatch
 
 
 def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_empty_wave(monkeypatch):
-    """auto, from shapes: a full grid (B * Hkv >= R * #SMs) runs the single pass, except between one and TAIL_WAVES
-    waves with a table longer than TAIL_LONG_TOKENS, where it takes the dual path with the length gate; not for
-    fp32 caches (the measured tiles are 16-bit) nor tables of at most TAIL_LONG_TOKENS tokens."""
+    """auto, from shapes: a full grid (B * Hkv >= R * #SMs) runs the single pass, except where its last wave is
+    filled to at most TAIL_WAVES - 1 with a table longer than TAIL_LONG_TOKENS: there it takes the dual path with the
+    length gate; not for fp32 caches (the measured tiles are 16-bit) nor tables of at most TAIL_LONG_TOKENS
+    tokens."""
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
 
@@ -195,25 +246,29 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
         k = torch.empty(100, 16, 2, 128, device="meta", dtype=dtype)
         return api._choose_backend("auto", None, q, k, torch.empty(batch, pages, device="meta", dtype=torch.int32))
 
-    # Hkv 2, 4 SMs, grouped tile target 4: a wave is 16 programs; B = 9..11 gives 18..22 <= 1.4 * 16
+    # Hkv 2, 4 SMs, grouped tile target 4: a wave is 16 programs; B = 9..11 gives 16 + 2..6, B = 17..19 32 + 2..6,
+    # a last wave filled to at most 0.4
     dual, single = ("triton_splitk", api.DUAL_PATH), ("triton", 1)
-    assert [choice(b) for b in (8, 9, 11, 12, 16)] == [single, dual, dual, single, single]
+    batches = (8, 9, 11, 12, 16, 17, 19, 20)
+    assert [choice(b) for b in batches] == [single, dual, dual, single, single, dual, dual, single]
     assert choice(9, pages=64) == single and choice(9, dtype=torch.float32) == single
 
 
 def test_tail_range_by_tile_class():
-    """The single pass's programs per SM and the waves the gate covers, by tile class on an H200 (132 SMs): MHA
-    12/12 (3 per SM, up to 1.4 waves), GQA 32/8 (4, 1.4), the small-group class 32/32 (its single pass fits 3 per SM,
-    1.3 waves) and head dim 256 (2, 1.25); not at head dim 64, whose tiles were not measured."""
+    """The single pass's programs per SM and the last waves the gate covers, by tile class on an H200 (132 SMs), and
+    the first sequence of the last wave: MHA 12/12 (3 per SM, filled to 0.4), GQA 32/8 (4, 0.4), the small-group
+    class 32/32 (its single pass fits 3 per SM, 0.3) and head dim 256 (2, 0.25); not at head dim 64, whose tiles
+    were not measured."""
     from flashdecode.triton_splitk import TAIL_WAVES, single_pass_tail
 
     def tail(batch, hq, hkv, head_dim=128):
         return single_pass_tail(batch, head_dim, hq // hkv, torch.bfloat16, 1, 2, hkv, 132, 8192)
 
-    assert [tail(b, 12, 12) for b in (33, 34, 46, 47)] == [False, True, True, False]
-    assert [tail(b, 32, 8) for b in (66, 67, 92, 93)] == [False, True, True, False]
-    assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [False, True, True, False]
-    assert [tail(b, 32, 8, 256) for b in (33, 34, 41, 42)] == [False, True, True, False]
-    assert not tail(34, 32, 8, 64)
+    assert [tail(b, 12, 12) for b in (33, 34, 46, 47, 66, 67, 79, 80)] == [None, 33, 33, None, None, 66, 66, None]
+    assert [tail(b, 32, 8) for b in (66, 67, 92, 93, 132, 133, 158, 159)] == [None, 66, 66, None, None, 132, 132, None]
+    # 396 programs a wave: the 12 sequences of 32 KV heads that fit
+    assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [None, 12, 12, None]
+    assert [tail(b, 32, 8, 256) for b in (33, 34, 41, 42)] == [None, 33, 33, None]
+    assert tail(34, 32, 8, 64) is None
     # auto skips the lookup below 2 programs per SM (api._choose_backend)
     assert min(per_sm for per_sm, _ in TAIL_WAVES.values()) >= 2

@@ -222,7 +222,7 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     tail = dual and batch * num_kv_heads > 2 * sms and splitk.single_pass_tail(
         batch, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads, sms,
         max_tokens,
-    )  # fmt: skip
+    ) is not None  # fmt: skip
     if max_tokens <= SINGLE_PASS_MAX_TOKENS or (full and not tail) or batch > splitk.MAX_PLANNED_BATCH:
         return "triton", 1
     # enough programs for the single pass if the lengths are even, which only the device knows

@@ -108,10 +108,10 @@ def even_batch(
     SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     LONG_MEAN: tl.constexpr = 0,
 ):  # fmt: skip
-    """Whether the visible lengths L_b of the B <= BLOCK_B sequences are even enough for the single pass:
-    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1), and with LONG_MEAN > 0 also short: sum_b L_b <
-    LONG_MEAN * B (a grid whose last wave would be a few long programs: ``triton_splitk.single_pass_tail``). A
-    dual-path call's kernels (single pass, planner, partial, combine) each compute it from the lengths, an input no
+    """(even, short) for the visible lengths L_b of the B <= BLOCK_B sequences. even: the single pass suits them,
+    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1). short: with LONG_MEAN > 0, sum_b L_b < LONG_MEAN * B
+    (a single pass whose last wave would be a few long programs: ``triton_splitk.single_pass_tail``), else always.
+    A dual-path call's kernels (single pass, planner, partial, combine) each compute it from the lengths, an input no
     kernel of the call writes, so they agree without waiting for one another (``triton_splitk.decode_splitk``,
     docs/design.md)."""
     offs_b = tl.arange(0, BLOCK_B)
@@ -120,13 +120,26 @@ def even_batch(
     longest = tl.max(lens, axis=0).to(tl.int64)
     total = tl.sum(lens.to(tl.int64), axis=0)
     even = longest * batch * EVEN_SLACK <= total * (EVEN_SLACK + 1)
+    short = total >= 0
     if LONG_MEAN:
-        even = even & (total < LONG_MEAN * batch)
-    return even
+        short = total < LONG_MEAN * batch
+    return even, short
+
+
+@triton.jit
+def planned_from(SEQLENS, stride_sl, batch, window, tail_first, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                 Q_LEN: tl.constexpr, LONG_MEAN: tl.constexpr):  # fmt: skip
+    """The planned kernels of a dual-path call: the first sequence they write, or -1 when the single pass writes
+    every one (an even batch, short if LONG_MEAN > 0). An even batch of long sequences under the tail gate is the
+    single pass's up to sequence tail_first and theirs from there (``triton_splitk.single_pass_tail``); an uneven one
+    is theirs from 0."""
+    even, short = even_batch(SEQLENS, stride_sl, batch, window, BLOCK_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+    return tl.where(even, tl.where(short, -1, tail_first), 0)
 
 
 def even_lengths(seqlens, window_left=None, q_len=1, long_mean=0) -> bool:
-    """``even_batch`` on the host (tests): the same integer test over the visible lengths."""
+    """``even_batch``'s even and short together, on the host (tests): the same integer tests over the visible
+    lengths."""
     visible = [n - (0 if window_left is None else max(n - q_len - window_left, 0)) for n in seqlens]
     even = max(visible) * len(visible) * EVEN_SLACK.value <= sum(visible) * (EVEN_SLACK.value + 1)
     return even and (not long_mean or sum(visible) < long_mean * len(visible))

@@ -54,6 +54,7 @@ def _decode_single_kernel(
     softcap,
     window,
     num_q_heads,
+    tail_first,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -90,18 +91,25 @@ def _decode_single_kernel(
     EVEN_B: tl.constexpr = 0,
     USE_PDL: tl.constexpr = False,
     LONG_MEAN: tl.constexpr = 0,
+    LAST_FIRST: tl.constexpr = False,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
     seq = tl.program_id(1).to(tl.int64)
+    if LAST_FIRST:
+        # the tail gate's split: the planned path's sequences (the last ones) are dispatched first and return, so
+        # the kernels after this one launch while the first wave starts, not when a slot frees
+        seq = tl.num_programs(1) - 1 - seq
     # loaded before the test below, so that the two loads are in flight together
     seqlen = tl.load(SEQLENS + seq * stride_sl)
     if EVEN_B:
         # dual-path call (decode_splitk): the kernels launched after this one may start now; every program of
         # them and of this grid computes the same test, so exactly one path writes the output
         let_next_start(USE_PDL)
-        if not even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
+        even, short = even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+        # under the tail gate an even batch of long sequences is ours only before tail_first (planned_from)
+        if not (even & (short | (seq < tail_first))):
             return
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
@@ -133,7 +141,7 @@ def row_strides(t) -> tuple[int, int, int]:
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None, even_only=False, long_mean=0,
+    num_sms=None, even_only=False, long_mean=0, tail_first=0, last_first=False,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -147,7 +155,9 @@ def decode_single(
             ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies.
         even_only: the first launch of a dual-path split-K call: the programs write only if the batch is even
             (``triton_common.even_batch``), and let the planned kernels that follow start at once.
-        long_mean: with even_only, also only if the mean visible length is below this many tokens (0: any).
+        long_mean: with even_only, also only if the mean visible length is below this many tokens (0: any), and
+            then, for an even batch of longer ones, still the sequences before tail_first (the tail gate's split,
+            ``triton_splitk.single_pass_tail``). last_first: programs dispatched from the last sequence back.
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -176,7 +186,7 @@ def decode_single(
         _decode_single_kernel, (num_kv_heads * head_blocks, batch),
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads,
-        stride_qb=stride_qb, stride_qt=stride_qt, stride_qh=stride_qh,
+        tail_first=tail_first if even_only else 0, stride_qb=stride_qb, stride_qt=stride_qt, stride_qh=stride_qh,
         stride_kp=stride_kp, stride_kt=stride_kt, stride_kh=stride_kh,
         stride_vp=stride_vp, stride_vt=stride_vt, stride_vh=stride_vh,
         stride_sl=cache_seqlens.stride()[0], stride_btb=stride_btb, stride_btp=stride_btp,
@@ -184,7 +194,7 @@ def decode_single(
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=even_only and use_pdl(q.device),
-        LONG_MEAN=long_mean if even_only else 0,
+        LONG_MEAN=long_mean if even_only else 0, LAST_FIRST=last_first,
         **features.kernel_args(cache_seqlens), **cfg,
     )  # fmt: skip
     return out, lse

@@ -60,7 +60,7 @@ from .triton_common import (
     attend_group,
     cdiv,
     dot_in_fp32,
-    even_batch,
+    planned_from,
     group_rows,
     launch_config,
     let_next_start,
@@ -170,6 +170,13 @@ WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
 # the split tile's: its single pass runs the MHA tile
 TAIL_WAVES = {"mha": (3, 1.4), "grouped": (4, 1.4), "small_group": (3, 1.3), "deep": (2, 1.25)}
 TAIL_LONG_TOKENS = 1024
+# under the tail gate, an even batch of long sequences runs the single pass over the sequences of the full waves and
+# the planned path over the rest, at once (``single_pass_tail``); False: the planned path takes all of them, and
+# only a single pass of one wave and a bit has a tail
+TAIL_SPLIT = True
+# ...with the single pass's programs dispatched from the last sequence back, so that the planned path's (which return
+# at once) fire its PDL trigger as the first wave starts
+TAIL_LAST_FIRST = True
 # the head dims measured (other dims take other tiles, whose programs per SM were not)
 TAIL_HEAD_DIMS = (128, 256)
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
@@ -178,7 +185,7 @@ DETERMINISTIC_SPLIT_TOKENS = 1024
 
 @triton.jit
 def _chunk_layout(
-    SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
+    SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     WAVE_SAT: tl.constexpr = 0,
@@ -187,6 +194,8 @@ def _chunk_layout(
 
     L_b is the visible length: with a sliding window, the tokens from the window's first one (``window_start``) to
     the end, so a 32k sequence with a 4k window is cut like a 4k one and the pages before the window are never read.
+    Only sequences first_seq..B-1 are cut (0 normally; under the tail gate, the sequences after the single pass's
+    ones): the others get no chunk and count as empty.
 
     Candidate chunk sizes C_k = BLOCK_N * 2^k. With N_k = sum_b ceil(L_b / C_k) chunks, P_k = Hkv * N_k programs on
     S SMs, an SM runs ceil(P_k / S) of them one after another, of sum_b L_b / N_k tokens each on average, and needs
@@ -201,7 +210,8 @@ def _chunk_layout(
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
     """
     offs_b = tl.arange(0, BLOCK_B)
-    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=offs_b < batch, other=0)
+    mine = (offs_b >= first_seq) & (offs_b < batch)
+    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=mine, other=0)
     lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
@@ -209,7 +219,7 @@ def _chunk_layout(
     # [NUM_CAND, BLOCK_B] -> [NUM_CAND] chunks per candidate; ceil(L / 2^j) as a shift, not an integer division
     shift = (offs_k + LOG2_BLOCK_N)[:, None]
     # every sequence gets at least one chunk: an empty one's single empty chunk writes out = 0, lse = -inf itself
-    per_seq = tl.where(offs_b < batch, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
+    per_seq = tl.where(mine, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
     count = tl.sum(per_seq, axis=1).to(tl.int64)
     per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
     # an SM's programs one after another, each of the mean chunk length, or one resident set of the longest chunk
@@ -228,29 +238,32 @@ def _chunk_layout(
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
     chunk = BLOCK_N << k_best.to(tl.int32)
-    n = tl.where(offs_b < batch, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
+    n = tl.where(mine, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
     return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens
 
 
 @triton.jit
 def _plan_kernel(
-    SEQLENS, PLAN, COUNTERS, num_counters, batch, num_kv_heads, max_chunks, stride_sl, window, NUM_SMS: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
-    SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr, HAS_WINDOW: tl.constexpr,
-    Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0, WAVE_SAT: tl.constexpr = 0,
-    LONG_MEAN: tl.constexpr = 0,
+    SEQLENS, PLAN, COUNTERS, num_counters, batch, tail_first, num_kv_heads, max_chunks, stride_sl, window,
+    NUM_SMS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr,
+    NUM_CAND: tl.constexpr, SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
     sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Also zeroes the num_counters int32
     COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I. EVEN_B > 0 (dual-path call):
-    nothing to do when the batch is even (the single pass before it writes the output)."""
+    nothing to do when the batch is even (the single pass before it writes the output), or only the sequences from
+    tail_first on (``planned_from``)."""
     let_next_start(USE_PDL)
+    first_seq = 0
     if EVEN_B:
-        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
+        first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+        if first_seq < 0:
             return
     chunk, n, incl, offs_b, lens = _chunk_layout(
-        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+        SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     stride = max_chunks + batch
@@ -276,7 +289,8 @@ def _plan_kernel(
 
 @triton.jit
 def inline_chunk(
-    SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
+    SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, first_seq, num_kv_heads, max_chunks, window,
+    NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     WAVE_SAT: tl.constexpr = 0,
@@ -284,9 +298,9 @@ def inline_chunk(
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
     sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
-    writes; an unused slot has seq = B (and seqlen 0)."""
+    writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens = _chunk_layout(
-        SEQLENS, stride_sl, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+        SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
@@ -458,6 +472,7 @@ def _partial_kernel(
     window,
     num_q_heads,
     batch,
+    tail_first,
     max_chunks,
     stride_qb,
     stride_qt,
@@ -509,9 +524,12 @@ def _partial_kernel(
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
 ):
+    first_seq = 0
     if EVEN_B:
-        # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
-        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
+        # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
+        # the lengths are an input)
+        first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+        if first_seq < 0:
             return
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
     # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
@@ -531,7 +549,7 @@ def _partial_kernel(
 
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
-            SEQLENS, stride_sl, chunk_id, 0, batch, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
+            SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         single = count == 1
@@ -588,6 +606,7 @@ def _combine_kernel(
     USE_PDL: tl.constexpr,
     MERGED_MAX: tl.constexpr,
     SEQLENS,
+    tail_first,
     stride_sl,
     num_kv_heads,
     window,
@@ -605,9 +624,12 @@ def _combine_kernel(
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
 ):
+    first_seq = 0
     if EVEN_B:
-        # dual-path call: an even batch is the single pass's (before the wait: the lengths are an input)
-        if even_batch(SEQLENS, stride_sl, batch, window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN):
+        # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
+        # the lengths are an input; the plan gives those no chunk, so they return below)
+        first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+        if first_seq < 0:
             return
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
     row = tl.program_id(0)
@@ -619,7 +641,7 @@ def _combine_kernel(
         # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
         # that it overlaps the partial kernel's last programs
         _, _, _, _, first, count = inline_chunk(
-            SEQLENS, stride_sl, -1, seq, batch, num_kv_heads, max_chunks, window, NUM_SMS,
+            SEQLENS, stride_sl, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         if count <= MERGED_MAX:
@@ -755,14 +777,14 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, dual_path=False, long_mean=0,
+    counters=None, dual_path=False, long_mean=0, tail_first=0,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
     saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
     combine's int32 arrival counters, zeroed by the planner (None: not fused). dual_path: launched after the
     single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch (of mean
-    visible length < long_mean, if > 0)."""
+    visible length < long_mean, if > 0; an even batch of longer ones is cut from sequence tail_first on)."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -771,7 +793,7 @@ def launch_plan(
     launch(
         _plan_kernel, (cdiv(max_chunks, block_i),),
         cache_seqlens, plan, plan if counters is None else counters, 0 if counters is None else counters.numel(),
-        batch, num_kv_heads, max_chunks, cache_seqlens.stride(0),
+        batch, tail_first, num_kv_heads, max_chunks, cache_seqlens.stride(0),
         int(features.window_left if features.window_left is not None else 0), NUM_SMS=num_sms,
         BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
@@ -788,7 +810,8 @@ _NO_INLINE_PLAN = dict(
 )  # fmt: skip
 # ...and of a combine kernel, which also takes the lengths and what the partial kernel has anyway
 _NO_COMBINE_PLAN = dict(
-    _NO_INLINE_PLAN, SEQLENS=None, stride_sl=0, num_kv_heads=1, window=0, BLOCK_N=16, HAS_WINDOW=False, Q_LEN=1
+    _NO_INLINE_PLAN, SEQLENS=None, tail_first=0, stride_sl=0, num_kv_heads=1, window=0, BLOCK_N=16, HAS_WINDOW=False,
+    Q_LEN=1,
 )  # fmt: skip
 
 
@@ -825,18 +848,25 @@ def planner_target(head_dim: int, group: int, dtype, q_len: int, kv_itemsize: in
 def single_pass_tail(
     batch: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, num_sms: int,
     max_tokens: int,
-) -> bool:  # fmt: skip
-    """Whether a single pass of these shapes would end on a nearly empty wave: more than one and at most W waves of
-    R programs per SM (TAIL_WAVES by tile class; 16-bit caches, one query token, TAIL_HEAD_DIMS), and a table that
-    can hold sequences longer than TAIL_LONG_TOKENS. The last wave's programs then run a few per SM, each at the
-    speed of a lone program, for the whole length of a sequence: a dual-path call takes the single pass only for an
-    even batch of short sequences there (``decode_splitk``, docs/design.md)."""
+) -> int | None:  # fmt: skip
+    """Whether a single pass of these shapes would end on a nearly empty wave, and if so the first sequence whose
+    programs are in it (None: no tail). With P = B * Hkv programs in waves of R * #SMs (R programs per SM,
+    TAIL_WAVES by tile class), a tail is k >= 1 full waves and a last one filled to at most W - 1 (16-bit caches, one
+    query token, TAIL_HEAD_DIMS, a table that can hold sequences longer than TAIL_LONG_TOKENS). The last wave's
+    programs run a few per SM, each at the speed of a lone program, for the whole length of a sequence. A dual-path
+    call there runs the single pass alone only for an even batch of short sequences; an even batch of long ones is
+    split (``TAIL_SPLIT``): the single pass takes the sequences before the returned one (floor(k * R * #SMs / Hkv),
+    the full waves) and the planned path the rest over the whole GPU; anything else goes planned
+    (``decode_splitk``, docs/design.md). Without TAIL_SPLIT: only k = 1, and 0 (the planned path takes them all)."""
     if q_len != 1 or kv_itemsize != 2 or head_dim not in TAIL_HEAD_DIMS or max_tokens <= TAIL_LONG_TOKENS:
-        return False
+        return None
     tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)[2]
     per_sm, waves = TAIL_WAVES[tile]
     programs, wave = batch * num_kv_heads, per_sm * num_sms
-    return wave < programs <= waves * wave
+    full = programs // wave
+    if full < 1 or not 0 < programs - full * wave <= (waves - 1) * wave or (full > 1 and not TAIL_SPLIT):
+        return None
+    return full * wave // num_kv_heads if TAIL_SPLIT else 0
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
@@ -938,12 +968,15 @@ def decode_splitk(
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     max_tokens = block_table.shape[1] * page_size
-    # ...and its length gate: where the single pass would end on a nearly empty wave, long batches go planned
-    long_mean = 0
-    if dual_path and single_pass_tail(
-        batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
-    ):  # fmt: skip
-        long_mean = TAIL_LONG_TOKENS
+    # ...and its length gate: where the single pass would end on a nearly empty wave, the planned path takes long
+    # batches, of an even one the sequences from tail_first on
+    tail_first = None
+    if dual_path:
+        tail_first = single_pass_tail(
+            batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
+        )  # fmt: skip
+    long_mean = 0 if tail_first is None else TAIL_LONG_TOKENS
+    tail_first = tail_first or 0
     fused = num_splits is None and not split_tokens
     fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     cfg, saturation, tile = split_config(
@@ -978,7 +1011,8 @@ def decode_splitk(
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
-            num_sms=num_sms, even_only=True, long_mean=long_mean,
+            num_sms=num_sms, even_only=True, long_mean=long_mean, tail_first=tail_first,
+            last_first=TAIL_LAST_FIRST and tail_first > 0,
         )  # fmt: skip
     if fixed or inline:
         # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
@@ -986,7 +1020,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, dual_path, long_mean,
+            counters, dual_path, long_mean, tail_first,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
@@ -997,7 +1031,8 @@ def decode_splitk(
         _partial_kernel, grid,
         q4, k_cache, v_cache, cache_seqlens, block_table, plan, plan if counters is None else counters, o_part,
         lse_part, out4, lse_arg,
-        qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch, max_chunks=chunks,
+        qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch,
+        tail_first=tail_first, max_chunks=chunks,
         stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
         stride_kp=k_cache.stride(0), stride_kt=k_cache.stride(1), stride_kh=k_cache.stride(2),
         stride_vp=v_cache.stride(0), stride_vt=v_cache.stride(1), stride_vh=v_cache.stride(2),
@@ -1013,7 +1048,7 @@ def decode_splitk(
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
         lengths = dict(
-            SEQLENS=cache_seqlens, stride_sl=cache_seqlens.stride(0), window=fargs["window"],
+            SEQLENS=cache_seqlens, tail_first=tail_first, stride_sl=cache_seqlens.stride(0), window=fargs["window"],
             HAS_WINDOW=fargs["HAS_WINDOW"], Q_LEN=q_len,
         )  # fmt: skip
         combine_plan = dict(inline, **lengths, num_kv_heads=num_kv_heads, BLOCK_N=cfg["BLOCK_N"]) if inline else None
