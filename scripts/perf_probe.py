@@ -186,7 +186,6 @@ SPLIT_ROWS = [
 ]  # fmt: skip
 SPLIT_VARIANTS = [
     ("single", dict(), "single"), ("nosplit", dict(TAIL_SPLIT=False), "auto"), ("auto", dict(), "auto"),
-    ("forward", dict(TAIL_LAST_FIRST=False), "auto"),
     ("wide", dict(TAIL_WAVES={t: (r, 1.7) for t, (r, _) in triton_splitk.TAIL_WAVES.items()}), "auto"),
     ("auto_again", dict(), "auto"),
 ]
@@ -211,7 +210,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_LAST_FIRST")}
+             "TAIL_WAVES")}
 
 
 def set_variant(attrs):

@@ -74,7 +74,7 @@ for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATUR
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
 # dual-path calls: every kernel takes the evenness test (the single pass lets the next kernels start)
 ptx = compile_sm90(triton_single._decode_single_kernel, {**BASE, **PREFETCH, **FEATURES, "EVEN_B": 512,
-                                                        "LONG_MEAN": 1024, "LAST_FIRST": True}).asm["ptx"]
+                                                        "LONG_MEAN": 1024}).asm["ptx"]
 assert "griddepcontrol.launch_dependents" in ptx
 compile_sm90(triton_splitk._plan_kernel, dict(
     BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64, HAS_WINDOW=True,

@@ -218,7 +218,7 @@ def test_tail_gate_paths_write_only_their_sequences(batch, device, monkeypatch):
     first = _tail_first(batch)
     out = torch.full_like(long.q, float("nan"))
     decode_single(*long.args, SCALE, out, None, num_sms=TAIL_SMS, even_only=True, long_mean=TAIL_LONG,
-                  tail_first=first, last_first=True)  # fmt: skip
+                  tail_first=first)  # fmt: skip
     assert not out[:first].isnan().any() and out[first:].isnan().all()
     monkeypatch.setattr(triton_splitk, "decode_single", lambda *a, **k: None)
     out = torch.full_like(long.q, float("nan"))
@@ -246,17 +246,17 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
         k = torch.empty(100, 16, 2, 128, device="meta", dtype=dtype)
         return api._choose_backend("auto", None, q, k, torch.empty(batch, pages, device="meta", dtype=torch.int32))
 
-    # Hkv 2, 4 SMs, grouped tile target 4: a wave is 16 programs; B = 9..11 gives 16 + 2..6, B = 17..19 32 + 2..6,
-    # a last wave filled to at most 0.4
+    # Hkv 2, 4 SMs, grouped tile target 4: a wave is 16 programs; B = 9..12 gives 16 + 2..8, B = 17..20 32 + 2..8,
+    # a last wave filled to at most 0.55
     dual, single = ("triton_splitk", api.DUAL_PATH), ("triton", 1)
-    batches = (8, 9, 11, 12, 16, 17, 19, 20)
+    batches = (8, 9, 12, 13, 16, 17, 20, 21)
     assert [choice(b) for b in batches] == [single, dual, dual, single, single, dual, dual, single]
     assert choice(9, pages=64) == single and choice(9, dtype=torch.float32) == single
 
 
 def test_tail_range_by_tile_class():
     """The single pass's programs per SM and the last waves the gate covers, by tile class on an H200 (132 SMs), and
-    the first sequence of the last wave: MHA 12/12 (3 per SM, filled to 0.4), GQA 32/8 (4, 0.4), the small-group
+    the first sequence of the last wave: MHA 12/12 (3 per SM, filled to 0.55), GQA 32/8 (4, 0.55), the small-group
     class 32/32 (its single pass fits 3 per SM, 0.3) and head dim 256 (2, 0.25); not at head dim 64, whose tiles
     were not measured."""
     from flashdecode.triton_splitk import TAIL_WAVES, single_pass_tail
@@ -264,8 +264,9 @@ def test_tail_range_by_tile_class():
     def tail(batch, hq, hkv, head_dim=128):
         return single_pass_tail(batch, head_dim, hq // hkv, torch.bfloat16, 1, 2, hkv, 132, 8192)
 
-    assert [tail(b, 12, 12) for b in (33, 34, 46, 47, 66, 67, 79, 80)] == [None, 33, 33, None, None, 66, 66, None]
-    assert [tail(b, 32, 8) for b in (66, 67, 92, 93, 132, 133, 158, 159)] == [None, 66, 66, None, None, 132, 132, None]
+    assert [tail(b, 12, 12) for b in (33, 34, 51, 52, 66, 67, 84, 85)] == [None, 33, 33, None, None, 66, 66, None]
+    grouped = [tail(b, 32, 8) for b in (66, 67, 102, 103, 132, 133, 168, 169)]
+    assert grouped == [None, 66, 66, None, None, 132, 132, None]
     # 396 programs a wave: the 12 sequences of 32 KV heads that fit
     assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [None, 12, 12, None]
     assert [tail(b, 32, 8, 256) for b in (33, 34, 41, 42)] == [None, 33, 33, None]

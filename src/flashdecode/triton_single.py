@@ -91,16 +91,11 @@ def _decode_single_kernel(
     EVEN_B: tl.constexpr = 0,
     USE_PDL: tl.constexpr = False,
     LONG_MEAN: tl.constexpr = 0,
-    LAST_FIRST: tl.constexpr = False,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
     seq = tl.program_id(1).to(tl.int64)
-    if LAST_FIRST:
-        # the tail gate's split: the planned path's sequences (the last ones) are dispatched first and return, so
-        # the kernels after this one launch while the first wave starts, not when a slot frees
-        seq = tl.num_programs(1) - 1 - seq
     # loaded before the test below, so that the two loads are in flight together
     seqlen = tl.load(SEQLENS + seq * stride_sl)
     if EVEN_B:
@@ -141,7 +136,7 @@ def row_strides(t) -> tuple[int, int, int]:
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None, even_only=False, long_mean=0, tail_first=0, last_first=False,
+    num_sms=None, even_only=False, long_mean=0, tail_first=0,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -157,7 +152,7 @@ def decode_single(
             (``triton_common.even_batch``), and let the planned kernels that follow start at once.
         long_mean: with even_only, also only if the mean visible length is below this many tokens (0: any), and
             then, for an even batch of longer ones, still the sequences before tail_first (the tail gate's split,
-            ``triton_splitk.single_pass_tail``). last_first: programs dispatched from the last sequence back.
+            ``triton_splitk.single_pass_tail``).
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -194,7 +189,7 @@ def decode_single(
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=even_only and use_pdl(q.device),
-        LONG_MEAN=long_mean if even_only else 0, LAST_FIRST=last_first,
+        LONG_MEAN=long_mean if even_only else 0,
         **features.kernel_args(cache_seqlens), **cfg,
     )  # fmt: skip
     return out, lse

@@ -155,9 +155,10 @@ PARTIAL_HEADS_FIRST = ("grouped", "deep")
 # 147.3 -> 138.3, 64 x 2560..3056 32/8 211.3 -> 180.6; 192 x 300..792 12/2 41.2 -> 42.3, 64 x 1024 12/2 26.2-26.7 ->
 # 27.0, other rows within noise. None: the model without waves
 WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
-# a single pass of more than one and at most W waves of R programs per SM (``single_pass_tail``) ends on a wave of a
-# few programs, each as slow alone as in a full wave: a dual-path call there runs it only for an even batch of mean
-# length < TAIL_LONG_TOKENS (even_batch's LONG_MEAN), else the planned path. H200, perf_probe cliff and
+# a single pass of k >= 1 full waves of R programs per SM and a last one filled to at most W - 1
+# (``single_pass_tail``) ends on a wave of a few programs, each as slow alone as in a full wave: a dual-path call
+# there runs it alone only for an even batch of mean length < TAIL_LONG_TOKENS (even_batch's LONG_MEAN), splits an
+# even long batch (TAIL_SPLIT, below) and plans an uneven one. Before the split (k = 1 only), H200, perf_probe cliff and
 # cliff2 at 01ce1e5 (graph µs, single pass / planned; waves of R * #SMs programs): 34 x 4096 12/12 (1.03) 274.5 /
 # 245.6, 45 x 4096 12/12 (1.36) 307.0 / 273.8, 50 x 4096 12/12 (1.52) 320.1 / 328.1, 80 x 4096 32/8 (1.21) 419.4 /
 # 348.9, 88 x 4096 32/8 (1.33) 422.4 / 364.6, 100 x 4096 32/8 (1.52) 431.8 / 443.9, 36 x 16384 12/12 (1.09) 1136.5
@@ -166,17 +167,22 @@ WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
 # perf_probe gate2 at bc038b0 (single / planned): 13 x 4096 32/32 (1.05 waves of 3 per SM) 276.5 / 231.5, 16 x 4096
 # (1.29) 299.9 / 252.4, 17 x 4096 (1.37) 308.6 / 322.4 (the planned cut has a tail of its own there), 26 x 2048 16/16
 # 138.0 / 121.3, 13 x 1024 32/32 71.8 / 66.7; head dim 256 (2 per SM) 34 x 4096 32/8 386.7 / 320.7, 40 x 4096 (1.21)
-# 386.8 / 349.4. {split_config's tile class: (single-pass programs per SM R, waves W)}; the "small_group" class is
-# the split tile's: its single pass runs the MHA tile
-TAIL_WAVES = {"mha": (3, 1.4), "grouped": (4, 1.4), "small_group": (3, 1.3), "deep": (2, 1.25)}
+# 386.8 / 349.4. With the split, perf_probe split at c37f794 (graph µs, `auto` with W 1.4 -> 1.7; last wave's fill):
+# 50 x 4096 12/12 (0.52) 313.5 -> 309.8, 80 x 4096 12/12 (0.42) 481.1 -> 463.6, 100 x 4096 32/8 (0.52) 425.5 ->
+# 407.5, 160 x 4096 32/8 (0.42) 643.5 -> 620.2, but 53 x 4096 12/12 (0.61) 322.2 -> 325.1: W 1.55 for those two
+# classes. {split_config's tile class: (single-pass programs per SM R, waves W)}; the "small_group" class is the split
+# tile's: its single pass runs the MHA tile
+TAIL_WAVES = {"mha": (3, 1.55), "grouped": (4, 1.55), "small_group": (3, 1.3), "deep": (2, 1.25)}
 TAIL_LONG_TOKENS = 1024
 # under the tail gate, an even batch of long sequences runs the single pass over the sequences of the full waves and
 # the planned path over the rest, at once (``single_pass_tail``); False: the planned path takes all of them, and
-# only a single pass of one wave and a bit has a tail
+# only a single pass of one wave and a bit has a tail. H200, perf_probe split at c37f794 (graph µs, single pass /
+# without the split / with it): 34 x 4096 12/12 269.9 / 226.1 / 210.7, 68 x 4096 12/12 451.8 / 452.1 / 398.0,
+# 101 x 4096 12/12 628.8 / 629.3 / 580.5, 36 x 16384 12/12 1118.4 / 858.9 / 825.8, 72 x 4096 32/8 385.3 / 305.7 /
+# 287.0, 144 x 4096 32/8 642.8 / 638.5 / 556.9, 272 x 1024 12/2 94.6 / 92.9 / 80.8, 13 x 4096 32/32 272.7 / 231.3 /
+# 213.0, 34 x 4096 32/8 D 256 385.1 / 322.9 / 287.0; within 1% of the planned path at fills near 0.4 (92 x 4096 32/8
+# 366.7 / 370.8), 16 x 4096 32/32 249.5 / 256.1
 TAIL_SPLIT = True
-# ...with the single pass's programs dispatched from the last sequence back, so that the planned path's (which return
-# at once) fire its PDL trigger as the first wave starts
-TAIL_LAST_FIRST = True
 # the head dims measured (other dims take other tiles, whose programs per SM were not)
 TAIL_HEAD_DIMS = (128, 256)
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
@@ -1012,7 +1018,6 @@ def decode_splitk(
         decode_single(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
             num_sms=num_sms, even_only=True, long_mean=long_mean, tail_first=tail_first,
-            last_first=TAIL_LAST_FIRST and tail_first > 0,
         )  # fmt: skip
     if fixed or inline:
         # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
