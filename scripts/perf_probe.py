@@ -172,7 +172,8 @@ WIDER_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"),
                   ("planned16", dict(EXTRA_PROGRAMS_PER_SM=16), "planned"), ("single_again", dict(), "single")]
 # `perf_probe.py split`: the tail gate's split of an even long batch (TAIL_SPLIT) after 1, 2 or 3 full waves, last
 # waves filled 0.03 to 0.6, against the single pass and the gate without the split (planned path for 1-1.4 waves,
-# single pass above); "wide" lets the gate take last waves up to 0.7. Short, uneven and anchor rows as controls
+# single pass above); "wide" lets the gate take last waves up to 0.7 (batches of 4096 tokens and more; at c37f794,
+# up to 0.7 for every length and class). Short, uneven and anchor rows as controls
 SPLIT_ROWS = [
     Row([4096] * 34, 12, 12), Row([4096] * 40, 12, 12), Row([4096] * 46, 12, 12), Row([4096] * 50, 12, 12),
     Row([4096] * 53, 12, 12), Row([4096] * 68, 12, 12), Row([4096] * 75, 12, 12), Row([4096] * 80, 12, 12),
@@ -182,11 +183,12 @@ SPLIT_ROWS = [
     Row([1024] * 320, 12, 2), Row([1024] * 368, 12, 2), Row([4096] * 13, 32, 32), Row([4096] * 16, 32, 32),
     Row([4096] * 34, 32, 8, 256), Row([4096] * 40, 32, 8, 256), Row([512] * 34, 12, 12), Row([768] * 68, 32, 8),
     Row([512 + i * 229 % 7680 for i in range(34)], 12, 12), Row([65536] + [1024] * 79, 32, 8),
-    Row([1024] * 64, 12, 12), Row([4096] * 64, 32, 8),
+    Row([1024] * 64, 12, 12), Row([4096] * 64, 32, 8), Row([1024] * 400, 12, 2), Row([4096] * 48, 12, 12),
+    Row([4096] * 96, 32, 8),
 ]  # fmt: skip
 SPLIT_VARIANTS = [
     ("single", dict(), "single"), ("nosplit", dict(TAIL_SPLIT=False), "auto"), ("auto", dict(), "auto"),
-    ("wide", dict(TAIL_WAVES={t: (r, 1.7) for t, (r, _) in triton_splitk.TAIL_WAVES.items()}), "auto"),
+    ("wide", dict(TAIL_FULLER={"mha": 1.7, "grouped": 1.7}), "auto"),
     ("auto_again", dict(), "auto"),
 ]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
@@ -210,7 +212,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES")}
+             "TAIL_WAVES", "TAIL_FULLER")}
 
 
 def set_variant(attrs):

@@ -147,7 +147,9 @@ def _tail_case(lens, seed, device, monkeypatch):
 def _tail_first(batch):
     from flashdecode import triton_splitk
 
-    return triton_splitk.single_pass_tail(batch, 128, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, 640)
+    first, long_tokens = triton_splitk.single_pass_tail(batch, 128, 4, torch.bfloat16, 1, 2, 2, TAIL_SMS, 640)
+    assert long_tokens == TAIL_LONG
+    return first
 
 
 def _planned_from(c, first, device):
@@ -235,9 +237,9 @@ def test_tail_gate_paths_write_only_their_sequences(batch, device, monkeypatch):
 
 def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_empty_wave(monkeypatch):
     """auto, from shapes: a full grid (B * Hkv >= R * #SMs) runs the single pass, except where its last wave is
-    filled to at most TAIL_WAVES - 1 with a table longer than TAIL_LONG_TOKENS: there it takes the dual path with the
-    length gate; not for fp32 caches (the measured tiles are 16-bit) nor tables of at most TAIL_LONG_TOKENS
-    tokens."""
+    filled to at most TAIL_WAVES - 1 (TAIL_FULLER - 1 with a table of TAIL_FULLER_TOKENS) with a table of at least
+    TAIL_LONG_TOKENS: there it takes the dual path with the length gate; not for fp32 caches (the measured tiles are
+    16-bit) nor shorter tables."""
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
 
@@ -246,30 +248,37 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
         k = torch.empty(100, 16, 2, 128, device="meta", dtype=dtype)
         return api._choose_backend("auto", None, q, k, torch.empty(batch, pages, device="meta", dtype=torch.int32))
 
-    # Hkv 2, 4 SMs, grouped tile target 4: a wave is 16 programs; B = 9..12 gives 16 + 2..8, B = 17..20 32 + 2..8,
-    # a last wave filled to at most 0.55
+    # Hkv 2, 4 SMs, grouped tile target 4: a wave is 16 programs; B = 9..11 gives 16 + 2..6, B = 17..19 32 + 2..6,
+    # a last wave filled to at most 0.4; with a 4096-token table also 16 + 8 and 32 + 8 (0.5)
     dual, single = ("triton_splitk", api.DUAL_PATH), ("triton", 1)
-    batches = (8, 9, 12, 13, 16, 17, 20, 21)
-    assert [choice(b) for b in batches] == [single, dual, dual, single, single, dual, dual, single]
-    assert choice(9, pages=64) == single and choice(9, dtype=torch.float32) == single
+    batches = (8, 9, 11, 12, 13, 16, 17, 19, 20, 21)
+    assert [choice(b) for b in batches] == [single, dual, dual, single, single, single, dual, dual, single, single]
+    long_table = [choice(b, pages=256) for b in batches]
+    assert long_table == [single, dual, dual, dual, single, single, dual, dual, dual, single]
+    assert choice(9, pages=63) == single and choice(9, dtype=torch.float32) == single
 
 
 def test_tail_range_by_tile_class():
-    """The single pass's programs per SM and the last waves the gate covers, by tile class on an H200 (132 SMs), and
-    the first sequence of the last wave: MHA 12/12 (3 per SM, filled to 0.55), GQA 32/8 (4, 0.55), the small-group
-    class 32/32 (its single pass fits 3 per SM, 0.3) and head dim 256 (2, 0.25); not at head dim 64, whose tiles
-    were not measured."""
+    """The single pass's programs per SM and the last waves the gate covers, by tile class on an H200 (132 SMs), with
+    the first sequence of the last wave and the mean length from which an even batch is split: MHA 12/12 (3 per
+    SM, filled to 0.4 from 1024 tokens, to 0.55 from 4096), GQA 32/8 (4, the same), the small-group class 32/32 (its
+    single pass fits 3 per SM, 0.3) and head dim 256 (2, 0.25); not at head dim 64, whose tiles were not
+    measured."""
     from flashdecode.triton_splitk import TAIL_WAVES, single_pass_tail
 
     def tail(batch, hq, hkv, head_dim=128):
         return single_pass_tail(batch, head_dim, hq // hkv, torch.bfloat16, 1, 2, hkv, 132, 8192)
 
-    assert [tail(b, 12, 12) for b in (33, 34, 51, 52, 66, 67, 84, 85)] == [None, 33, 33, None, None, 66, 66, None]
-    grouped = [tail(b, 32, 8) for b in (66, 67, 102, 103, 132, 133, 168, 169)]
-    assert grouped == [None, 66, 66, None, None, 132, 132, None]
+    near, far = (33, 1024), (33, 4096)
+    assert [tail(b, 12, 12) for b in (33, 34, 46, 47, 51, 52)] == [None, near, near, far, far, None]
+    assert [tail(b, 12, 12) for b in (66, 67, 79, 80, 84, 85)] == [None, (66, 1024), (66, 1024), (66, 4096),
+                                                                   (66, 4096), None]  # fmt: skip
+    near, far = (66, 1024), (66, 4096)
+    assert [tail(b, 32, 8) for b in (66, 67, 92, 93, 102, 103)] == [None, near, near, far, far, None]
+    assert tail(133, 32, 8) == (132, 1024) and tail(168, 32, 8) == (132, 4096) and tail(169, 32, 8) is None
     # 396 programs a wave: the 12 sequences of 32 KV heads that fit
-    assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [None, 12, 12, None]
-    assert [tail(b, 32, 8, 256) for b in (33, 34, 41, 42)] == [None, 33, 33, None]
+    assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [None, (12, 1024), (12, 1024), None]
+    assert [tail(b, 32, 8, 256) for b in (33, 34, 41, 42)] == [None, (33, 1024), (33, 1024), None]
     assert tail(34, 32, 8, 64) is None
     # auto skips the lookup below 2 programs per SM (api._choose_backend)
     assert min(per_sm for per_sm, _ in TAIL_WAVES.values()) >= 2

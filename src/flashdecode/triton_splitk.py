@@ -27,8 +27,10 @@ Two ways to cut, one kernel:
 * dual path (``dual_path=True``, what ``auto`` uses at 2 to 4 single-pass programs per SM): the single pass is
   launched first and writes only if the lengths are even (the longest at most 1.5 times the mean,
   ``triton_common.even_batch``); the planned kernels after it take the same test and return on an even batch.
-  Where the single pass would end on a nearly empty wave (``single_pass_tail``: a little more than one wave of
-  programs), "even" also asks for a mean length below TAIL_LONG_TOKENS, and the planned grid gets more chunk slots.
+  Where the single pass would end on a nearly empty wave (``single_pass_tail``: full waves of programs and a last
+  one filled to a fraction), it runs alone only for an even batch of short sequences (mean below TAIL_LONG_TOKENS);
+  an even batch of longer ones is split, the single pass writing the full waves' sequences and the planned kernels
+  the rest, and the planned grid gets more chunk slots.
 * fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
   (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
@@ -169,11 +171,16 @@ WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
 # 138.0 / 121.3, 13 x 1024 32/32 71.8 / 66.7; head dim 256 (2 per SM) 34 x 4096 32/8 386.7 / 320.7, 40 x 4096 (1.21)
 # 386.8 / 349.4. With the split, perf_probe split at c37f794 (graph µs, `auto` with W 1.4 -> 1.7; last wave's fill):
 # 50 x 4096 12/12 (0.52) 313.5 -> 309.8, 80 x 4096 12/12 (0.42) 481.1 -> 463.6, 100 x 4096 32/8 (0.52) 425.5 ->
-# 407.5, 160 x 4096 32/8 (0.42) 643.5 -> 620.2, but 53 x 4096 12/12 (0.61) 322.2 -> 325.1: W 1.55 for those two
-# classes. {split_config's tile class: (single-pass programs per SM R, waves W)}; the "small_group" class is the split
-# tile's: its single pass runs the MHA tile
-TAIL_WAVES = {"mha": (3, 1.55), "grouped": (4, 1.55), "small_group": (3, 1.3), "deep": (2, 1.25)}
+# 407.5, 160 x 4096 32/8 (0.42) 643.5 -> 620.2, but 53 x 4096 12/12 (0.61) 322.2 -> 325.1; and at shorter lengths
+# (perf_probe scan at 8a3f5eb, W 1.55, auto / single pass) 400 x 1024 12/2 (0.52) 124.5 / 113.8, 368 x 1024 12/2
+# (0.39) 110.3 / 111.8: TAIL_FULLER below. {split_config's tile class: (single-pass programs per SM R, waves W)}; the
+# "small_group" class is the split tile's: its single pass runs the MHA tile
+TAIL_WAVES = {"mha": (3, 1.4), "grouped": (4, 1.4), "small_group": (3, 1.3), "deep": (2, 1.25)}
 TAIL_LONG_TOKENS = 1024
+# ...and a fuller last wave, up to W - 1 of these, is a tail for the MHA and grouped tiles when the mean visible
+# length is at least TAIL_FULLER_TOKENS (the measurements above); None: off
+TAIL_FULLER = {"mha": 1.55, "grouped": 1.55}
+TAIL_FULLER_TOKENS = 4096
 # under the tail gate, an even batch of long sequences runs the single pass over the sequences of the full waves and
 # the planned path over the rest, at once (``single_pass_tail``); False: the planned path takes all of them, and
 # only a single pass of one wave and a bit has a tail. H200, perf_probe split at c37f794 (graph µs, single pass /
@@ -854,25 +861,35 @@ def planner_target(head_dim: int, group: int, dtype, q_len: int, kv_itemsize: in
 def single_pass_tail(
     batch: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, num_sms: int,
     max_tokens: int,
-) -> int | None:  # fmt: skip
-    """Whether a single pass of these shapes would end on a nearly empty wave, and if so the first sequence whose
-    programs are in it (None: no tail). With P = B * Hkv programs in waves of R * #SMs (R programs per SM,
-    TAIL_WAVES by tile class), a tail is k >= 1 full waves and a last one filled to at most W - 1 (16-bit caches, one
-    query token, TAIL_HEAD_DIMS, a table that can hold sequences longer than TAIL_LONG_TOKENS). The last wave's
-    programs run a few per SM, each at the speed of a lone program, for the whole length of a sequence. A dual-path
-    call there runs the single pass alone only for an even batch of short sequences; an even batch of long ones is
-    split (``TAIL_SPLIT``): the single pass takes the sequences before the returned one (floor(k * R * #SMs / Hkv),
-    the full waves) and the planned path the rest over the whole GPU; anything else goes planned
-    (``decode_splitk``, docs/design.md). Without TAIL_SPLIT: only k = 1, and 0 (the planned path takes them all)."""
-    if q_len != 1 or kv_itemsize != 2 or head_dim not in TAIL_HEAD_DIMS or max_tokens <= TAIL_LONG_TOKENS:
+) -> tuple[int, int] | None:  # fmt: skip
+    """Whether a single pass of these shapes would end on a nearly empty wave: None, or (the first sequence whose
+    programs are in that wave, the mean visible length from which an even batch counts as long).
+
+    With P = B * Hkv programs in waves of R * #SMs (R programs per SM, TAIL_WAVES by tile class), a tail is k >= 1
+    full waves and a last one filled to at most W - 1 (TAIL_WAVES, mean length TAIL_LONG_TOKENS), or to at most
+    TAIL_FULLER - 1 (mean length TAIL_FULLER_TOKENS); 16-bit caches, one query token, TAIL_HEAD_DIMS, a table that can
+    hold a sequence that long. The last wave's programs run a few per SM, each at the speed of a lone program, for
+    the whole length of a sequence. A dual-path call there runs the single pass alone only for an even batch of
+    shorter sequences; an even long one is split (``TAIL_SPLIT``): the single pass takes the sequences before the
+    returned one (floor(k * R * #SMs / Hkv), the full waves) and the planned path the rest over the whole GPU;
+    anything else goes planned (``decode_splitk``, docs/design.md). Without TAIL_SPLIT: only k = 1, and the planned
+    path takes an even long batch whole (first sequence 0)."""
+    if q_len != 1 or kv_itemsize != 2 or head_dim not in TAIL_HEAD_DIMS or max_tokens < TAIL_LONG_TOKENS:
         return None
     tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)[2]
     per_sm, waves = TAIL_WAVES[tile]
     programs, wave = batch * num_kv_heads, per_sm * num_sms
     full = programs // wave
-    if full < 1 or not 0 < programs - full * wave <= (waves - 1) * wave or (full > 1 and not TAIL_SPLIT):
+    if full < 1 or programs == full * wave or (full > 1 and not TAIL_SPLIT):
         return None
-    return full * wave // num_kv_heads if TAIL_SPLIT else 0
+    fill = programs / wave - full
+    long_tokens = TAIL_LONG_TOKENS
+    if fill > waves - 1:
+        fuller = (TAIL_FULLER or {}).get(tile)
+        if not TAIL_SPLIT or fuller is None or fill > fuller - 1 or max_tokens < TAIL_FULLER_TOKENS:
+            return None
+        long_tokens = TAIL_FULLER_TOKENS
+    return (full * wave // num_kv_heads if TAIL_SPLIT else 0), long_tokens
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
@@ -953,8 +970,8 @@ def decode_splitk(
         dual_path: planned mode only. First launch the single pass, whose programs write only if the batch is even
             (``triton_common.even_batch``), then the planned kernels, whose programs return at once on an even
             batch: no host sync, one CUDA graph for both outcomes (docs/design.md, "The `auto` rule"). Where the
-            single pass would end on a nearly empty wave (``single_pass_tail``), "even" also asks for a mean visible
-            length below TAIL_LONG_TOKENS.
+            single pass would end on a nearly empty wave (``single_pass_tail``), it takes an even batch whole only
+            if its mean visible length is short, and of a longer one the sequences of the full waves.
         return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
             [chunks, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
             straight to ``out`` and leave their rows unset). Partials hold no sink (it joins in the combine).
@@ -976,13 +993,12 @@ def decode_splitk(
     max_tokens = block_table.shape[1] * page_size
     # ...and its length gate: where the single pass would end on a nearly empty wave, the planned path takes long
     # batches, of an even one the sequences from tail_first on
-    tail_first = None
+    tail = None
     if dual_path:
-        tail_first = single_pass_tail(
+        tail = single_pass_tail(
             batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
         )  # fmt: skip
-    long_mean = 0 if tail_first is None else TAIL_LONG_TOKENS
-    tail_first = tail_first or 0
+    tail_first, long_mean = tail or (0, 0)
     fused = num_splits is None and not split_tokens
     fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     cfg, saturation, tile = split_config(
