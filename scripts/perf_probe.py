@@ -26,6 +26,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py slots      # more chunk slots in the planned grid (EXTRA_PROGRAMS_PER_SM 12, 16)
     python scripts/perf_probe.py wider      # 1.5-1.7 waves with the gate's slots: single pass against planned
     python scripts/perf_probe.py split      # the tail split (single pass for the full waves, planned for the rest)
+    python scripts/perf_probe.py small      # 1-2 single-pass programs per SM: the planned cut against fixed splits
 """
 
 import itertools
@@ -191,6 +192,14 @@ SPLIT_VARIANTS = [
     ("wide", dict(TAIL_FULLER={"mha": 1.7, "grouped": 1.7}), "auto"),
     ("auto_again", dict(), "auto"),
 ]
+# `perf_probe.py small`: uniform batches of 0.5-2 single-pass programs per SM (auto plans them; the scan shows
+# 15-25% more time per sequence than at full grids): the planner's cut against fixed splits of 2-16 and the single pass
+SMALL_ROWS = [
+    Row([4096] * 24, 32, 8), Row([4096] * 16, 32, 8), Row([4096] * 20, 12, 12), Row([4096] * 12, 12, 12),
+    Row([4096] * 8, 12, 12), Row([4096] * 16, 12, 12), Row([1024] * 128, 12, 2), Row([2048] * 24, 32, 8),
+]  # fmt: skip
+SMALL_VARIANTS = [("rule", dict(), "planned"), ("fixed", dict(), "fixed"), ("single", dict(), "single"),
+                  ("rule_again", dict(), "planned")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -251,6 +260,7 @@ MODES = {
     "gate2": (GATE2_ROWS, GATE_VARIANTS), "scan": (SCAN_ROWS, SCAN_VARIANTS), "low": (LOW_ROWS, LOW_VARIANTS),
     "overhead": (OVERHEAD_ROWS, OVERHEAD_VARIANTS), "slots": (SLOTS_ROWS, SLOTS_VARIANTS),
     "wider": (WIDER_ROWS, WIDER_VARIANTS), "split": (SPLIT_ROWS, SPLIT_VARIANTS),
+    "small": (SMALL_ROWS, SMALL_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
