@@ -27,6 +27,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py wider      # 1.5-1.7 waves with the gate's slots: single pass against planned
     python scripts/perf_probe.py split      # the tail split (single pass for the full waves, planned for the rest)
     python scripts/perf_probe.py small      # 1-2 single-pass programs per SM: the planned cut against fixed splits
+    python scripts/perf_probe.py fusedtile  # the fused merge's tile, grid order and merge against fixed splits
 """
 
 import itertools
@@ -200,6 +201,21 @@ SMALL_ROWS = [
 ]  # fmt: skip
 SMALL_VARIANTS = [("rule", dict(), "planned"), ("fixed", dict(), "fixed"), ("single", dict(), "single"),
                   ("rule_again", dict(), "planned")]
+# `perf_probe.py fusedtile`: the fused merge's planned calls with the prefetching 32-token tile (FUSED_PREFETCH),
+# without the heads-first grid, or with the combine launch: which of the three made fixed splits 10-14% faster on
+# the grouped rows of `small` (24 x 4096 32/8 rule 112.8, fixed2 99.8, same 384 programs)
+FUSEDTILE_ROWS = [
+    Row([4096] * 24, 32, 8), Row([2048] * 24, 32, 8), Row([4096] * 16, 32, 8), Row([4096] * 32, 32, 8),
+    Row([2048] * 40, 32, 8), Row([4096] * 64, 32, 8), Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2),
+    Row([131072] + [1024] * 63, 32, 8), Row([2048 + i * 1237 % 3829 for i in range(32)], 32, 8),
+    Row([4096] * 20, 28, 4), Row([4096] * 12, 12, 12), Row([4096] * 80, 32, 8),
+]  # fmt: skip
+FUSEDTILE_VARIANTS = [
+    ("rule", dict(), "planned"), ("prefetch", dict(FUSED_PREFETCH=True), "planned"),
+    ("rows_first", dict(PARTIAL_HEADS_FIRST=("deep",)), "planned"), ("combine", dict(FUSED_COMBINE=False), "planned"),
+    ("fixed", dict(), "fixed"), ("auto", dict(), "auto"), ("auto_prefetch", dict(FUSED_PREFETCH=True), "auto"),
+    ("rule_again", dict(), "planned"),
+]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -221,7 +237,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER")}
+             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH")}
 
 
 def set_variant(attrs):
@@ -260,7 +276,7 @@ MODES = {
     "gate2": (GATE2_ROWS, GATE_VARIANTS), "scan": (SCAN_ROWS, SCAN_VARIANTS), "low": (LOW_ROWS, LOW_VARIANTS),
     "overhead": (OVERHEAD_ROWS, OVERHEAD_VARIANTS), "slots": (SLOTS_ROWS, SLOTS_VARIANTS),
     "wider": (WIDER_ROWS, WIDER_VARIANTS), "split": (SPLIT_ROWS, SPLIT_VARIANTS),
-    "small": (SMALL_ROWS, SMALL_VARIANTS),
+    "small": (SMALL_ROWS, SMALL_VARIANTS), "fusedtile": (FUSEDTILE_ROWS, FUSEDTILE_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")

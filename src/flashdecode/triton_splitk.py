@@ -112,6 +112,8 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 # 859.0, 80 x 4096 32/8 347.4 -> 347.8 / 325.1, 76 x 2048 32/8 178.3 -> 178.2 / 169.2; but 8 x 2048 28/4 (planned in
 # place) 17.3 -> 18.4 / 19.6, hence only there
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
+# the fused merge's calls take launch_config's prefetching short tile too (False: its plain tile; measurements)
+FUSED_PREFETCH = False
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
@@ -839,7 +841,7 @@ def split_config(
     itemsize bytes) is a power of two. The planner's target comes from PLANNER_SATURATION by tile class: "deep"
     (head dims above 128), "grouped" (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the
     128-token tile of the other small groups)."""
-    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=FUSED_PREFETCH or not fused)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
     small = small and row_bytes & (row_bytes - 1) == 0
