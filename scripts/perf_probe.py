@@ -216,6 +216,18 @@ FUSEDTILE_VARIANTS = [
     ("fixed", dict(), "fixed"), ("auto", dict(), "auto"), ("auto_prefetch", dict(FUSED_PREFETCH=True), "auto"),
     ("rule_again", dict(), "planned"),
 ]
+# `perf_probe.py idle`: neither the tile, the grid order nor the merge explained the planned path's 12-27% over fixed
+# splits and the single pass on the grouped rows (probe fusedtile at 3ad0ec6: 40 x 2048 32/8 planned 108.8, single
+# pass 89.4, same 320 programs); the planned grid's unused chunk slots (EXTRA_PROGRAMS_PER_SM per SM) and PDL
+IDLE_ROWS = [
+    Row([2048] * 40, 32, 8), Row([4096] * 24, 32, 8), Row([2048] * 24, 32, 8), Row([4096] * 20, 28, 4),
+    Row([4096] * 64, 32, 8), Row([131072] + [1024] * 63, 32, 8), Row([4096] * 12, 12, 12), Row([1024] * 64, 12, 2),
+]  # fmt: skip
+IDLE_VARIANTS = [
+    ("rule", dict(), "planned"), ("slots2", dict(EXTRA_PROGRAMS_PER_SM=2), "planned"),
+    ("slots4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"), ("nopdl", dict(PDL=False), "planned"),
+    ("single", dict(), "single"), ("rule_again", dict(), "planned"),
+]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -277,6 +289,7 @@ MODES = {
     "overhead": (OVERHEAD_ROWS, OVERHEAD_VARIANTS), "slots": (SLOTS_ROWS, SLOTS_VARIANTS),
     "wider": (WIDER_ROWS, WIDER_VARIANTS), "split": (SPLIT_ROWS, SPLIT_VARIANTS),
     "small": (SMALL_ROWS, SMALL_VARIANTS), "fusedtile": (FUSEDTILE_ROWS, FUSEDTILE_VARIANTS),
+    "idle": (IDLE_ROWS, IDLE_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
