@@ -228,6 +228,16 @@ IDLE_VARIANTS = [
     ("slots4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"), ("nopdl", dict(PDL=False), "planned"),
     ("single", dict(), "single"), ("rule_again", dict(), "planned"),
 ]
+# `perf_probe.py hint`: the partial kernel told that chunk starts are multiples of BLOCK_N (ALIGNED_HINT)
+HINT_ROWS = IDLE_ROWS + [
+    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([65536], 12, 2), Row([16384] * 4, 12, 12), Row([4096] * 16, 12, 12),
+    Row([4096] * 16, 12, 2), Row([256] * 256, 12, 2), Row([4096] * 34, 12, 12),
+]  # fmt: skip
+HINT_VARIANTS = [
+    ("hint", dict(), "planned"), ("nohint", dict(ALIGNED_HINT=False), "planned"), ("fixed", dict(), "fixed"),
+    ("single", dict(), "single"), ("auto", dict(), "auto"), ("auto_nohint", dict(ALIGNED_HINT=False), "auto"),
+    ("hint_again", dict(), "planned"),
+]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -244,12 +254,13 @@ VARIANTS = [
 SINGLE_ROWS = {"256x256 12/2", "16x4096 12/12", "64x3064 32/8", "64x4096 32/8", "64x1024 12/2", "16x1024 32/8"}
 API_DUAL_MIN = api.DUAL_PATH_MIN_PROGRAMS_PER_SM
 # variants whose per-kernel GPU time goes to profile.txt
-PROFILED = ("rule", "fixed16")
+PROFILED = ("rule", "fixed16", "hint", "nohint")
 DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH")}
+             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH",
+             "ALIGNED_HINT")}
 
 
 def set_variant(attrs):
@@ -289,7 +300,7 @@ MODES = {
     "overhead": (OVERHEAD_ROWS, OVERHEAD_VARIANTS), "slots": (SLOTS_ROWS, SLOTS_VARIANTS),
     "wider": (WIDER_ROWS, WIDER_VARIANTS), "split": (SPLIT_ROWS, SPLIT_VARIANTS),
     "small": (SMALL_ROWS, SMALL_VARIANTS), "fusedtile": (FUSEDTILE_ROWS, FUSEDTILE_VARIANTS),
-    "idle": (IDLE_ROWS, IDLE_VARIANTS),
+    "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
