@@ -228,16 +228,25 @@ IDLE_VARIANTS = [
     ("slots4", dict(EXTRA_PROGRAMS_PER_SM=4), "planned"), ("nopdl", dict(PDL=False), "planned"),
     ("single", dict(), "single"), ("rule_again", dict(), "planned"),
 ]
-# `perf_probe.py hint`: the partial kernel told that chunk starts are multiples of BLOCK_N (ALIGNED_HINT)
+# `perf_probe.py hint`: the partial kernel told that chunk starts are multiples of BLOCK_N (ALIGNED_HINT, at e612171:
+# the same PTX, the same times; removed)
 HINT_ROWS = IDLE_ROWS + [
     Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([65536], 12, 2), Row([16384] * 4, 12, 12), Row([4096] * 16, 12, 12),
     Row([4096] * 16, 12, 2), Row([256] * 256, 12, 2), Row([4096] * 34, 12, 12),
 ]  # fmt: skip
 HINT_VARIANTS = [
-    ("hint", dict(), "planned"), ("nohint", dict(ALIGNED_HINT=False), "planned"), ("fixed", dict(), "fixed"),
-    ("single", dict(), "single"), ("auto", dict(), "auto"), ("auto_nohint", dict(ALIGNED_HINT=False), "auto"),
-    ("hint_again", dict(), "planned"),
+    ("hint", dict(), "planned"), ("fixed", dict(), "fixed"), ("single", dict(), "single"), ("auto", dict(), "auto"),
 ]
+# `perf_probe.py fixedall`: fixed splits (S up to 512) against auto on the rows auto plans, B = 1 included: the
+# fixed-split partial kernel (73-75 registers, 6 programs per SM) beat the planned one (94-108, 4) by 3-16% on
+# uniform rows (probe hint at e612171)
+FIXEDALL_ROWS = [
+    Row([65536], 12, 12), Row([131072], 12, 12), Row([16384] * 4, 12, 12), Row([4096] * 16, 12, 12),
+    Row([65536], 12, 2), Row([131072], 12, 2), Row([16384] * 4, 12, 2), Row([4096] * 16, 12, 2),
+    Row([1024] * 64, 12, 2), Row([8192], 32, 32), Row([32768], 32, 32), Row([131072], 32, 32), Row([2048], 28, 4),
+    Row([2048] * 8, 28, 4), Row([4096] * 24, 32, 8), Row([4096] * 20, 28, 4), Row([128], 28, 4),
+]  # fmt: skip
+FIXEDALL_VARIANTS = [("auto", dict(), "auto"), ("fixed", dict(), "fixed"), ("auto_again", dict(), "auto")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
@@ -259,8 +268,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH",
-             "ALIGNED_HINT")}
+             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH")}
 
 
 def set_variant(attrs):
@@ -301,6 +309,7 @@ MODES = {
     "wider": (WIDER_ROWS, WIDER_VARIANTS), "split": (SPLIT_ROWS, SPLIT_VARIANTS),
     "small": (SMALL_ROWS, SMALL_VARIANTS), "fusedtile": (FUSEDTILE_ROWS, FUSEDTILE_VARIANTS),
     "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
+    "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
@@ -330,7 +339,8 @@ def main():
         for name, attrs, mode in variants:
             if mode == "fixed":
                 pairs = row.batch * row.num_kv_heads
-                runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64) if 1.5 * sms <= pairs * s <= 9 * sms]
+                runs += [(f"fixed{s}", attrs, s) for s in (2, 4, 8, 16, 32, 64, 128, 256, 512)
+                         if 1.5 * sms <= pairs * s <= 9 * sms]
             elif mode != "single" or single_everywhere or row.name() in SINGLE_ROWS:
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:

@@ -112,9 +112,6 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 # 859.0, 80 x 4096 32/8 347.4 -> 347.8 / 325.1, 76 x 2048 32/8 178.3 -> 178.2 / 169.2; but 8 x 2048 28/4 (planned in
 # place) 17.3 -> 18.4 / 19.6, hence only there
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
-# the partial kernel tells the compiler that chunk starts are multiples of BLOCK_N (true of every cut without a
-# window); False: no hint (measurements)
-ALIGNED_HINT = True
 # the fused merge's calls take launch_config's prefetching short tile too (False: its plain tile; measurements)
 FUSED_PREFETCH = False
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
@@ -541,7 +538,6 @@ def _partial_kernel(
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
-    ALIGNED_STARTS: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -580,10 +576,6 @@ def _partial_kernel(
     if seq >= batch:
         return
     seq = seq.to(tl.int64)
-    if ALIGNED_STARTS:
-        # without a window every cut starts its chunks on BLOCK_N-tile edges; a start read from the plan says
-        # nothing of that to the compiler, which then cannot treat a tile's page ids as BLOCK_N / PAGE_SIZE runs
-        start = tl.multiple_of(start, BLOCK_N)
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
@@ -1074,7 +1066,7 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
-        EVEN_B=even_b, LONG_MEAN=long_mean, ALIGNED_STARTS=ALIGNED_HINT and features.window_left is None,
+        EVEN_B=even_b, LONG_MEAN=long_mean,
     )  # fmt: skip
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
