@@ -246,6 +246,15 @@ FIXEDALL_ROWS = [
     Row([1024] * 64, 12, 2), Row([8192], 32, 32), Row([32768], 32, 32), Row([131072], 32, 32), Row([2048], 28, 4),
     Row([2048] * 8, 28, 4), Row([4096] * 24, 32, 8), Row([4096] * 20, 28, 4), Row([128], 28, 4),
 ]  # fmt: skip
+# `perf_probe.py store`: the anchor grid's rows through auto, for an A/B of a kernel change run twice
+STORE_ROWS = [
+    Row([1024] * 64, 12, 12), Row([256] * 256, 12, 12), Row([4096] * 16, 12, 12), Row([65536], 12, 12),
+    Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([65536], 12, 2), Row([8192], 32, 32), Row([128], 28, 4),
+    Row([2048], 28, 4), Row([128] * 8, 28, 4), Row([2048] * 8, 28, 4), Row([4096] * 64, 32, 8),
+    Row([2048] * 256, 32, 8), Row([131072] + [1024] * 63, 32, 8), Row([3064] * 64, 32, 8),
+    Row([4096] * 64, 32, 8, 256), Row([4096] * 64, 32, 8, 64),
+]  # fmt: skip
+STORE_VARIANTS = [("auto", dict(), "auto"), ("auto_again", dict(), "auto")]
 FIXEDALL_VARIANTS = [("auto", dict(), "auto"), ("fixed", dict(), "fixed"), ("auto_again", dict(), "auto")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
@@ -309,7 +318,7 @@ MODES = {
     "wider": (WIDER_ROWS, WIDER_VARIANTS), "split": (SPLIT_ROWS, SPLIT_VARIANTS),
     "small": (SMALL_ROWS, SMALL_VARIANTS), "fusedtile": (FUSEDTILE_ROWS, FUSEDTILE_VARIANTS),
     "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
-    "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS),
+    "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS), "store": (STORE_ROWS, STORE_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
