@@ -575,13 +575,12 @@ def store_group(
     row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
     if HAS_SINKS:
         out, lse = add_sink(out, lse, tl.load(SINKS + row_head, mask=mask_h, other=0.0))
-    # one 64-bit base per program and 32-bit offsets within the sequence's rows (a [BLOCK_H, BLOCK_D] tile of 64-bit
-    # pointers would hold many registers)
-    offs = (row_tok * stride_ot + row_head * stride_oh)[:, None] + offs_d[None, :]
-    mask = mask_h[:, None] & (offs_d[None, :] < HEAD_DIM)
-    tl.store(OUT + seq * stride_ob + offs, out.to(OUT.dtype.element_ty), mask=mask)
+    heads = row_head.to(tl.int64)
+    toks = row_tok.to(tl.int64)
+    out_ptrs = OUT + seq * stride_ob + toks[:, None] * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
+    tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=mask_h[:, None] & (offs_d[None, :] < HEAD_DIM))
     if WRITE_LSE:
-        tl.store(LSE + seq * (Q_LEN * num_q_heads) + (row_tok * num_q_heads + row_head), lse, mask=mask_h)
+        tl.store(LSE + (seq * Q_LEN + toks) * num_q_heads + heads, lse, mask=mask_h)
 
 
 @triton.jit
