@@ -255,6 +255,16 @@ STORE_ROWS = [
     Row([4096] * 64, 32, 8, 256), Row([4096] * 64, 32, 8, 64),
 ]  # fmt: skip
 STORE_VARIANTS = [("auto", dict(), "auto"), ("auto_again", dict(), "auto")]
+# `perf_probe.py direct`: planned calls without the fused merge leave single-chunk sequences to the combine
+# (DIRECT_SINGLE_CHUNKS False: 72 / 96 registers instead of 96 / 108 for the prefetching tile, planner-fed / in place)
+DIRECT_ROWS = [
+    Row([65536], 12, 2), Row([131072], 12, 2), Row([16384] * 4, 12, 2), Row([4096] * 16, 12, 2), Row([2048], 28, 4),
+    Row([2048] * 8, 28, 4), Row([4096] * 20, 28, 4), Row([8192] * 5, 28, 4), Row([1024] * 16, 32, 8),
+    Row([65536], 12, 12), Row([8192], 32, 32), Row([4096] * 24, 32, 8),
+    Row([300 + i * 977 % 4000 for i in range(12)], 12, 2),
+]  # fmt: skip
+DIRECT_VARIANTS = [("auto", dict(), "auto"), ("auto_combine", dict(DIRECT_SINGLE_CHUNKS=False), "auto"),
+                   ("fixed", dict(), "fixed"), ("auto_again", dict(), "auto")]
 FIXEDALL_VARIANTS = [("auto", dict(), "auto"), ("fixed", dict(), "fixed"), ("auto_again", dict(), "auto")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
@@ -277,7 +287,8 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH")}
+             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH",
+             "DIRECT_SINGLE_CHUNKS")}
 
 
 def set_variant(attrs):
@@ -319,6 +330,7 @@ MODES = {
     "small": (SMALL_ROWS, SMALL_VARIANTS), "fusedtile": (FUSEDTILE_ROWS, FUSEDTILE_VARIANTS),
     "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
     "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS), "store": (STORE_ROWS, STORE_VARIANTS),
+    "direct": (DIRECT_ROWS, DIRECT_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
