@@ -114,7 +114,9 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
 # planned calls without the fused merge write a single-chunk sequence's output from its partial program (True) or
 # leave it to the combine like the others (False: the partial kernel's final-store path cost ~24 registers at sm_90,
-# 96 -> 72 with the prefetching tile, so fewer programs fit an SM; not yet measured on the GPU, hence True)
+# 96 -> 72 with the prefetching tile, so more programs fit an SM). H200, perf_probe direct at f45ad2a (auto, True ->
+# False): 4 x 16384 12/2 25.0 -> 27.2, 16 x 4096 12/2 25.8 -> 27.7, 8 x 2048 28/4 17.9 -> 18.9, 1 x 2048 28/4 8.4 -> 8.0:
+# the registers are not what fixed splits win by, hence True
 DIRECT_SINGLE_CHUNKS = True
 # the fused merge's calls take launch_config's prefetching short tile too (False: its plain tile; measurements)
 FUSED_PREFETCH = False
