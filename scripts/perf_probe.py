@@ -201,7 +201,7 @@ SMALL_ROWS = [
 ]  # fmt: skip
 SMALL_VARIANTS = [("rule", dict(), "planned"), ("fixed", dict(), "fixed"), ("single", dict(), "single"),
                   ("rule_again", dict(), "planned")]
-# `perf_probe.py fusedtile`: the fused merge's planned calls with the prefetching 32-token tile (FUSED_PREFETCH),
+# `perf_probe.py fusedtile`: the fused merge's planned calls with the prefetching 32-token tile (FUSED_PREFETCH at 3ad0ec6: slower, removed),
 # without the heads-first grid, or with the combine launch: which of the three made fixed splits 10-14% faster on
 # the grouped rows of `small` (24 x 4096 32/8 rule 112.8, fixed2 99.8, same 384 programs)
 FUSEDTILE_ROWS = [
@@ -211,9 +211,9 @@ FUSEDTILE_ROWS = [
     Row([4096] * 20, 28, 4), Row([4096] * 12, 12, 12), Row([4096] * 80, 32, 8),
 ]  # fmt: skip
 FUSEDTILE_VARIANTS = [
-    ("rule", dict(), "planned"), ("prefetch", dict(FUSED_PREFETCH=True), "planned"),
+    ("rule", dict(), "planned"), 
     ("rows_first", dict(PARTIAL_HEADS_FIRST=("deep",)), "planned"), ("combine", dict(FUSED_COMBINE=False), "planned"),
-    ("fixed", dict(), "fixed"), ("auto", dict(), "auto"), ("auto_prefetch", dict(FUSED_PREFETCH=True), "auto"),
+    ("fixed", dict(), "fixed"), ("auto", dict(), "auto"),
     ("rule_again", dict(), "planned"),
 ]
 # `perf_probe.py idle`: neither the tile, the grid order nor the merge explained the planned path's 12-27% over fixed
@@ -256,14 +256,14 @@ STORE_ROWS = [
 ]  # fmt: skip
 STORE_VARIANTS = [("auto", dict(), "auto"), ("auto_again", dict(), "auto")]
 # `perf_probe.py direct`: planned calls without the fused merge leave single-chunk sequences to the combine
-# (DIRECT_SINGLE_CHUNKS False: 72 / 96 registers instead of 96 / 108 for the prefetching tile, planner-fed / in place)
+# (DIRECT_SINGLE_CHUNKS False at f45ad2a: 72 registers instead of 96, but slower on every row: removed; kept as auto vs fixed)
 DIRECT_ROWS = [
     Row([65536], 12, 2), Row([131072], 12, 2), Row([16384] * 4, 12, 2), Row([4096] * 16, 12, 2), Row([2048], 28, 4),
     Row([2048] * 8, 28, 4), Row([4096] * 20, 28, 4), Row([8192] * 5, 28, 4), Row([1024] * 16, 32, 8),
     Row([65536], 12, 12), Row([8192], 32, 32), Row([4096] * 24, 32, 8),
     Row([300 + i * 977 % 4000 for i in range(12)], 12, 2),
 ]  # fmt: skip
-DIRECT_VARIANTS = [("auto", dict(), "auto"), ("auto_combine", dict(DIRECT_SINGLE_CHUNKS=False), "auto"),
+DIRECT_VARIANTS = [("auto", dict(), "auto"), 
                    ("fixed", dict(), "fixed"), ("auto_again", dict(), "auto")]
 FIXEDALL_VARIANTS = [("auto", dict(), "auto"), ("fixed", dict(), "fixed"), ("auto_again", dict(), "auto")]
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
@@ -287,8 +287,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER", "FUSED_PREFETCH",
-             "DIRECT_SINGLE_CHUNKS")}
+             "TAIL_WAVES", "TAIL_FULLER")}
 
 
 def set_variant(attrs):

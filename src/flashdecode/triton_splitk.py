@@ -112,14 +112,6 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 # 859.0, 80 x 4096 32/8 347.4 -> 347.8 / 325.1, 76 x 2048 32/8 178.3 -> 178.2 / 169.2; but 8 x 2048 28/4 (planned in
 # place) 17.3 -> 18.4 / 19.6, hence only there
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
-# planned calls without the fused merge write a single-chunk sequence's output from its partial program (True) or
-# leave it to the combine like the others (False: the partial kernel's final-store path cost ~24 registers at sm_90,
-# 96 -> 72 with the prefetching tile, so more programs fit an SM). H200, perf_probe direct at f45ad2a (auto, True ->
-# False): 4 x 16384 12/2 25.0 -> 27.2, 16 x 4096 12/2 25.8 -> 27.7, 8 x 2048 28/4 17.9 -> 18.9, 1 x 2048 28/4 8.4 -> 8.0:
-# the registers are not what fixed splits win by, hence True
-DIRECT_SINGLE_CHUNKS = True
-# the fused merge's calls take launch_config's prefetching short tile too (False: its plain tile; measurements)
-FUSED_PREFETCH = False
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
@@ -544,7 +536,6 @@ def _partial_kernel(
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
-    DIRECT_SINGLE: tl.constexpr = True,
 ):
     first_seq = 0
     if EVEN_B:
@@ -582,10 +573,6 @@ def _partial_kernel(
         )  # fmt: skip
     if seq >= batch:
         return
-    if not DIRECT_SINGLE:
-        # a single-chunk sequence's partial goes to the combine like any other: without the final store's code
-        # path the kernel takes ~24 fewer registers (more programs per SM)
-        single = False
     seq = seq.to(tl.int64)
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
@@ -852,7 +839,7 @@ def split_config(
     itemsize bytes) is a power of two. The planner's target comes from PLANNER_SATURATION by tile class: "deep"
     (head dims above 128), "grouped" (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the
     128-token tile of the other small groups)."""
-    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=FUSED_PREFETCH or not fused)
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
     small = small and row_bytes & (row_bytes - 1) == 0
@@ -1037,8 +1024,6 @@ def decode_splitk(
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
-    # planned calls that launch the combine for every sequence leave it single-chunk sequences too
-    direct = fused or fixed or bool(DIRECT_SINGLE_CHUNKS)
     counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
@@ -1076,7 +1061,7 @@ def decode_splitk(
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
-        USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL, DIRECT_SINGLE=direct,
+        USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean,
@@ -1090,7 +1075,7 @@ def decode_splitk(
         combine_plan = dict(inline, **lengths, num_kv_heads=num_kv_heads, BLOCK_N=cfg["BLOCK_N"]) if inline else None
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
-            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else int(direct), inline=combine_plan,
+            pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
             even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean) if dual_path else None,
         )  # fmt: skip
     if return_partials:
