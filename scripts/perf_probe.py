@@ -28,6 +28,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py split      # the tail split (single pass for the full waves, planned for the rest)
     python scripts/perf_probe.py small      # 1-2 single-pass programs per SM: the planned cut against fixed splits
     python scripts/perf_probe.py fusedtile  # the fused merge's tile, grid order and merge against fixed splits
+    python scripts/perf_probe.py grid       # the planned launch's grid (exact, idle slots, order) against fixed
 """
 
 import itertools
@@ -246,6 +247,19 @@ FIXEDALL_ROWS = [
     Row([1024] * 64, 12, 2), Row([8192], 32, 32), Row([32768], 32, 32), Row([131072], 32, 32), Row([2048], 28, 4),
     Row([2048] * 8, 28, 4), Row([4096] * 24, 32, 8), Row([4096] * 20, 28, 4), Row([128], 28, 4),
 ]  # fmt: skip
+# `perf_probe.py grid`: what in the planned call's launch costs it against fixed splits of the same cut (S = the
+# planner's chunks per sequence of a uniform batch): the planned grid sized exactly (no idle slots), the fixed mode
+# with the planned grid's idle slots (FIXED_GRID_SLOTS) and heads-first order (FIXED_HEADS_FIRST)
+GRID_ROWS = [
+    Row([2048] * 40, 32, 8), Row([4096] * 24, 32, 8), Row([2048] * 8, 28, 4), Row([4096] * 16, 12, 2),
+    Row([16384] * 4, 12, 12), Row([1024] * 64, 12, 2), Row([4096] * 20, 28, 4), Row([32768], 32, 32),
+]  # fmt: skip
+GRID_VARIANTS = [
+    ("rule", dict(), "planned"), ("exact", dict(), "exact"), ("fixedP", dict(), "fixedP"),
+    ("fixedP_pad", dict(), "fixedP_pad"), ("fixedP_hf", dict(FIXED_HEADS_FIRST=True), "fixedP"),
+    ("fixedP_pad_hf", dict(FIXED_HEADS_FIRST=True), "fixedP_pad"), ("single", dict(), "single"),
+    ("rule_again", dict(), "planned"),
+]
 # `perf_probe.py store`: the anchor grid's rows through auto, for an A/B of a kernel change run twice
 STORE_ROWS = [
     Row([1024] * 64, 12, 12), Row([256] * 256, 12, 12), Row([4096] * 16, 12, 12), Row([65536], 12, 12),
@@ -287,7 +301,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER")}
+             "TAIL_WAVES", "TAIL_FULLER", "grid_chunks", "FIXED_GRID_SLOTS", "FIXED_HEADS_FIRST")}
 
 
 def set_variant(attrs):
@@ -300,6 +314,19 @@ def set_variant(attrs):
     # recorded calls hold the constants they were recorded under, and the tail lookup its answers
     launcher.clear()
     triton_splitk.single_pass_tail.cache_clear()
+
+
+def planned_cut(row, sms):
+    """(chunks per sequence, chunk slots) of the planned call on a uniform row, as decode_splitk cuts it."""
+    fused = triton_splitk.merge_in_partial(row.batch, 1, row.num_q_heads, row.num_kv_heads, sms)
+    cfg, saturation, _ = triton_splitk.split_config(
+        row.head_dim, row.num_q_heads // row.num_kv_heads, torch.bfloat16, 1, 2, row.num_kv_heads, fused
+    )  # fmt: skip
+    slots = triton_splitk.grid_chunks(row.batch, row.num_kv_heads, sms)
+    cand = triton_splitk.num_candidates(max(row.seqlens), cfg["BLOCK_N"])
+    plan = triton_splitk.chunk_plan(row.seqlens, row.num_kv_heads, sms, slots, cfg["BLOCK_N"], cand, saturation=saturation)
+    assert len(set(row.seqlens)) == 1 and len(plan) % row.batch == 0, "uniform rows only"
+    return len(plan) // row.batch, slots
 
 
 def profile_row(row, fn, log):
@@ -329,7 +356,7 @@ MODES = {
     "small": (SMALL_ROWS, SMALL_VARIANTS), "fusedtile": (FUSEDTILE_ROWS, FUSEDTILE_VARIANTS),
     "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
     "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS), "store": (STORE_ROWS, STORE_VARIANTS),
-    "direct": (DIRECT_ROWS, DIRECT_VARIANTS),
+    "direct": (DIRECT_ROWS, DIRECT_VARIANTS), "grid": (GRID_ROWS, GRID_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
@@ -365,6 +392,15 @@ def main():
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)
+            if mode in ("exact", "fixedP", "fixedP_pad"):
+                per_seq, slots = planned_cut(row, sms)
+                if mode == "exact":
+                    triton_splitk.grid_chunks = lambda *a, n=per_seq * row.batch, **k: n
+                    mode = "planned"
+                else:
+                    if mode == "fixedP_pad":
+                        triton_splitk.FIXED_GRID_SLOTS = slots
+                    mode = per_seq
             it = itertools.cycle(copies)
             # NaN: a variant that writes nothing fails the check below
             out = torch.full_like(c.q, float("nan"))

@@ -194,6 +194,10 @@ TAIL_SPLIT = True
 TAIL_HEAD_DIMS = (128, 256)
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
+# probe only (scripts/perf_probe.py grid): the fixed mode with the planned grid's launch shape, its chunk slots
+# padded to this many (idle programs past B * S) and its grid heads-first by tile class
+FIXED_GRID_SLOTS = 0
+FIXED_HEADS_FIRST = False
 
 
 @triton.jit
@@ -328,14 +332,15 @@ def inline_chunk(
 
 @triton.jit
 def fixed_chunk(
-    SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
+    SEQLENS, stride_sl, chunk_id, batch, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT_TOKENS: tl.constexpr = 0, HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
 ):  # fmt: skip
     """Fixed mode: (seq, seqlen, start, end) of chunk chunk_id = split s of sequence b, boundaries on BLOCK_N-tile
     edges of the sequence's own visible range (the rule of ``split_bounds``); SPLIT_TOKENS > 0 (deterministic
     mode): splits of that many tokens."""
     seq = chunk_id // NUM_SPLITS
-    seqlen = tl.load(SEQLENS + seq * stride_sl)
+    # a padded grid's slots past B * S (FIXED_GRID_SLOTS) read the last sequence's length and return (seq >= B)
+    seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
     first = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
     if SPLIT_TOKENS > 0:
         tiles_per_split = SPLIT_TOKENS // BLOCK_N
@@ -373,7 +378,7 @@ def locate_chunk(
     mode an unused slot has seq = B (the caller returns); single: the chunk is its whole sequence."""
     if NUM_SPLITS > 0:
         seq, seqlen, start, end = fixed_chunk(
-            SEQLENS, stride_sl, chunk_id, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
+            SEQLENS, stride_sl, chunk_id, batch, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
         )
         single = False
     else:
@@ -1013,7 +1018,7 @@ def decode_splitk(
         # the tail gate's planned path takes long batches of more than a wave: more slots, a finer cut
         chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, TAIL_EXTRA_PROGRAMS_PER_SM if long_mean else None), 0
     else:
-        chunks, fixed = batch * num_splits, num_splits
+        chunks, fixed = max(batch * num_splits, FIXED_GRID_SLOTS), num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
     o_part = workspace((chunks, q_len * num_q_heads, cfg["BLOCK_D"]), torch.float32, q.device)
     lse_part = workspace((chunks, q_len * num_q_heads), torch.float32, q.device)
@@ -1046,7 +1051,7 @@ def decode_splitk(
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
     # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
-    heads_first = tile in PARTIAL_HEADS_FIRST and not fixed
+    heads_first = tile in PARTIAL_HEADS_FIRST and (FIXED_HEADS_FIRST or not fixed)
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     launch(
         _partial_kernel, grid,
