@@ -29,6 +29,7 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py small      # 1-2 single-pass programs per SM: the planned cut against fixed splits
     python scripts/perf_probe.py fusedtile  # the fused merge's tile, grid order and merge against fixed splits
     python scripts/perf_probe.py grid       # the planned launch's grid (exact, idle slots, order) against fixed
+    python scripts/perf_probe.py grid2      # trailing idle CTAs: fixed splits padded to 4, 8 per SM, planned slots
 """
 
 import itertools
@@ -260,6 +261,14 @@ GRID_VARIANTS = [
     ("fixedP_pad_hf", dict(FIXED_HEADS_FIRST=True), "fixedP_pad"), ("single", dict(), "single"),
     ("rule_again", dict(), "planned"),
 ]
+# `perf_probe.py grid2`: how many trailing idle CTAs cost what (fixed splits, heads-first, padded to 4 or 8 programs
+# per SM or to the planned grid's slots)
+GRID2_ROWS = GRID_ROWS[:5]
+GRID2_VARIANTS = [
+    ("fixedP_hf", dict(FIXED_HEADS_FIRST=True), "fixedP"), ("cap4", dict(FIXED_HEADS_FIRST=True), "fixedP_cap4"),
+    ("cap8", dict(FIXED_HEADS_FIRST=True), "fixedP_cap8"), ("pad", dict(FIXED_HEADS_FIRST=True), "fixedP_pad"),
+    ("rule", dict(), "planned"), ("exact", dict(), "exact"), ("fixedP_hf_again", dict(FIXED_HEADS_FIRST=True), "fixedP"),
+]
 # `perf_probe.py store`: the anchor grid's rows through auto, for an A/B of a kernel change run twice
 STORE_ROWS = [
     Row([1024] * 64, 12, 12), Row([256] * 256, 12, 12), Row([4096] * 16, 12, 12), Row([65536], 12, 12),
@@ -357,6 +366,7 @@ MODES = {
     "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
     "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS), "store": (STORE_ROWS, STORE_VARIANTS),
     "direct": (DIRECT_ROWS, DIRECT_VARIANTS), "grid": (GRID_ROWS, GRID_VARIANTS),
+    "grid2": (GRID2_ROWS, GRID2_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")
@@ -392,7 +402,7 @@ def main():
                 runs.append((name, attrs, mode))
         for name, attrs, mode in runs:
             set_variant(attrs)
-            if mode in ("exact", "fixedP", "fixedP_pad"):
+            if mode in ("exact", "fixedP", "fixedP_pad", "fixedP_cap4", "fixedP_cap8"):
                 per_seq, slots = planned_cut(row, sms)
                 if mode == "exact":
                     triton_splitk.grid_chunks = lambda *a, n=per_seq * row.batch, **k: n
@@ -400,6 +410,8 @@ def main():
                 else:
                     if mode == "fixedP_pad":
                         triton_splitk.FIXED_GRID_SLOTS = slots
+                    elif mode.startswith("fixedP_cap"):
+                        triton_splitk.FIXED_GRID_SLOTS = -(-int(mode[-1]) * sms // row.num_kv_heads)
                     mode = per_seq
             it = itertools.cycle(copies)
             # NaN: a variant that writes nothing fails the check below

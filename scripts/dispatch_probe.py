@@ -1,0 +1,61 @@
+"""Where the GPU's block scheduler puts the first CTAs of a grid, when the rest of the grid is idle CTAs that return
+at once (the planned split-K grid's unused chunk slots). perf_probe grid at c9c612d: fixed splits with such trailing
+idle slots took 110.5 us instead of 95.1 on 40 x 2048 32/8. If the scheduler spreads the busy CTAs over every SM
+whatever the grid's size, the idle ones are not the cause; if it packs them onto fewer SMs, they are.
+
+A spin kernel: CTAs < busy hold their SM for `ns` nanoseconds (globaltimer), the others return; each records its
+SM id (%smid). 16 warps a CTA: at most 4 fit an SM (64 warps), as the partial kernel's 4. Prints, for each
+(busy, grid) pair, how many SMs the busy CTAs landed on and the most on one SM; writes $OUT/dispatch.json.
+
+    python scripts/dispatch_probe.py
+"""
+
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _spin(SMID, busy, ns):
+    pid = tl.program_id(0)
+    smid = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
+    if pid < busy:
+        t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [pid], dtype=tl.int64, is_pure=False,
+                                       pack=1)  # fmt: skip
+        t = t0
+        while t - t0 < ns:
+            t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [pid], dtype=tl.int64, is_pure=False,
+                                          pack=1)  # fmt: skip
+    tl.store(SMID + pid, smid)
+
+
+def place(busy: int, grid: int, ns: int = 200_000, warps: int = 16) -> dict:
+    smid = torch.zeros(grid, dtype=torch.int32, device="cuda")
+    _spin[(grid,)](smid, busy, ns, num_warps=warps)
+    torch.cuda.synchronize()
+    ids = smid[:busy].tolist()
+    per_sm = torch.bincount(smid[:busy].long(), minlength=torch.cuda.get_device_properties(0).multi_processor_count)
+    return dict(busy=busy, grid=grid, sms_used=int((per_sm > 0).sum()), max_per_sm=int(per_sm.max()),
+                first_ids=ids[:24])  # fmt: skip
+
+
+def main():
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    out = []
+    for busy in (sms // 2, 320, 384, 512):
+        for grid in (busy, busy + 64, 4 * sms, 1376, 4096):
+            if grid < busy:
+                continue
+            rec = place(busy, grid)
+            out.append(rec)
+            print(f"busy {busy:4d} grid {grid:5d}: on {rec['sms_used']:3d} SMs, at most {rec['max_per_sm']} per SM; "
+                  f"first SM ids {rec['first_ids'][:12]}", flush=True)  # fmt: skip
+    with open(os.path.join(os.environ.get("OUT", "."), "dispatch.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
