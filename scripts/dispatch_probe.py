@@ -7,11 +7,13 @@ A spin kernel: CTAs < busy hold their SM for `ns` nanoseconds (globaltimer), the
 SM id (%smid). 16 warps a CTA: at most 4 fit an SM (64 warps), as the partial kernel's 4. Prints, for each
 (busy, grid) pair, how many SMs the busy CTAs landed on and the most on one SM; writes $OUT/dispatch.json.
 
-    python scripts/dispatch_probe.py
+    python scripts/dispatch_probe.py         # busy CTAs ahead of idle ones, grids up to 4096
+    python scripts/dispatch_probe.py fine    # grids around 4 CTAs per SM (and 2, at 32 warps)
 """
 
 import json
 import os
+import sys
 
 import torch
 import triton
@@ -45,13 +47,18 @@ def place(busy: int, grid: int, ns: int = 200_000, warps: int = 16) -> dict:
 def main():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = []
-    for busy in (sms // 2, 320, 384, 512):
-        for grid in (busy, busy + 64, 4 * sms, 1376, 4096):
-            if grid < busy:
-                continue
-            rec = place(busy, grid)
+    runs = [(16, busy, grid) for busy in (sms // 2, 320, 384, 512) for grid in (busy, busy + 64, 4 * sms, 1376, 4096)]
+    # "fine": grids just below and at 4 CTAs per SM (16 warps), all busy or the first 320 / 384; at 2 per SM (32)
+    if sys.argv[1:] == ["fine"]:
+        runs = [(16, b, g) for g in (400, 448, 480, 500, 512, 520, 526, 527, 528, 529, 600) for b in (320, 384, g)
+                if b <= g]
+        runs += [(32, b, g) for g in (200, 240, 256, 260, 263, 264, 265, 300) for b in (160, g) if b <= g]
+    for warps, busy, grid in runs:
+        if grid >= busy:
+            rec = place(busy, grid, warps=warps)
+            rec["warps"] = warps
             out.append(rec)
-            print(f"busy {busy:4d} grid {grid:5d}: on {rec['sms_used']:3d} SMs, at most {rec['max_per_sm']} per SM; "
+            print(f"warps {warps} busy {busy:4d} grid {grid:5d}: on {rec['sms_used']:3d} SMs, at most {rec['max_per_sm']} per SM; "
                   f"first SM ids {rec['first_ids'][:12]}", flush=True)  # fmt: skip
     with open(os.path.join(os.environ.get("OUT", "."), "dispatch.json"), "w") as f:
         json.dump(out, f, indent=1)
