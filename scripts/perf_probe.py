@@ -30,7 +30,6 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py fusedtile  # the fused merge's tile, grid order and merge against fixed splits
     python scripts/perf_probe.py grid       # the planned launch's grid (exact, idle slots, order) against fixed
     python scripts/perf_probe.py grid2      # trailing idle CTAs: fixed splits padded to 4, 8 per SM, planned slots
-    python scripts/perf_probe.py persist    # the planned partial kernel's persistent grid against one program a slot
 """
 
 import itertools
@@ -270,21 +269,6 @@ GRID2_VARIANTS = [
     ("cap8", dict(FIXED_HEADS_FIRST=True), "fixedP_cap8"), ("pad", dict(FIXED_HEADS_FIRST=True), "fixedP_pad"),
     ("rule", dict(), "planned"), ("exact", dict(), "exact"), ("fixedP_hf_again", dict(FIXED_HEADS_FIRST=True), "fixedP"),
 ]
-# `perf_probe.py persist`: the planned partial kernel as a 1-D grid of fewer programs than fit at once, each taking a
-# balanced range of the used (chunk, head) pairs (PERSISTENT_PER_SM), against one program per chunk slot and head
-PERSIST_ON = {"mha": 3, "small_group": 4, "grouped": 4, "deep": 2}
-PERSIST_ROWS = GRID_ROWS + [
-    Row([131072] + [1024] * 63, 32, 8), Row([1024 + i * 389 % 3073 for i in range(64)], 32, 8),
-    Row([2048 + i * 1237 % 3829 for i in range(32)], 32, 8), Row([65536], 12, 2), Row([131072], 12, 12),
-    Row([8192], 32, 32), Row([16384] * 4, 12, 2), Row([4096] * 64, 32, 8), Row([4096] * 16, 12, 12),
-    Row([300 + i * 977 % 4000 for i in range(12)], 12, 2), Row([4096] * 8, 32, 8, 256),
-]  # fmt: skip
-PERSIST_VARIANTS = [
-    ("rule", dict(), "planned"), ("pers", dict(PERSISTENT_PER_SM=PERSIST_ON), "planned"),
-    ("pers3.5", dict(PERSISTENT_PER_SM={k: v - 0.5 for k, v in PERSIST_ON.items()}), "planned"),
-    ("fixedP_hf", dict(FIXED_HEADS_FIRST=True), "fixedP"), ("rule_again", dict(), "planned"),
-    ("pers_again", dict(PERSISTENT_PER_SM=PERSIST_ON), "planned"),
-]
 # `perf_probe.py store`: the anchor grid's rows through auto, for an A/B of a kernel change run twice
 STORE_ROWS = [
     Row([1024] * 64, 12, 12), Row([256] * 256, 12, 12), Row([4096] * 16, 12, 12), Row([65536], 12, 12),
@@ -326,8 +310,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER", "grid_chunks", "FIXED_GRID_SLOTS", "FIXED_HEADS_FIRST",
-             "PERSISTENT_PER_SM")}
+             "TAIL_WAVES", "TAIL_FULLER", "grid_chunks", "FIXED_GRID_SLOTS", "FIXED_HEADS_FIRST")}
 
 
 def set_variant(attrs):
@@ -384,7 +367,6 @@ MODES = {
     "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS), "store": (STORE_ROWS, STORE_VARIANTS),
     "direct": (DIRECT_ROWS, DIRECT_VARIANTS), "grid": (GRID_ROWS, GRID_VARIANTS),
     "grid2": (GRID2_ROWS, GRID2_VARIANTS),
-    "persist": (PERSIST_ROWS, PERSIST_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")

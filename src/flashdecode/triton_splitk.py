@@ -194,13 +194,6 @@ TAIL_SPLIT = True
 TAIL_HEAD_DIMS = (128, 256)
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
-# planned calls launch a 1-D grid of this many programs per SM less one, by tile class (at most the resident ones:
-# the tile's registers and shared memory give 3 "mha", 4 "small_group", 4-5 "grouped", 2 "deep" at sm_90), each
-# taking a balanced range of the used (chunk, head) pairs; None or a class not listed: one program per (chunk slot,
-# head), the unused ones returning at once
-PERSISTENT_PER_SM = None
-# 32-bit registers per SM (sm_80 to sm_100)
-REGISTERS_PER_SM = 65536
 # probe only (scripts/perf_probe.py grid): the fixed mode with the planned grid's launch shape, its chunk slots
 # padded to this many (idle programs past B * S) and its grid heads-first by tile class
 FIXED_GRID_SLOTS = 0
@@ -327,14 +320,6 @@ def inline_chunk(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
-    return layout_chunk(chunk, n, incl, offs_b, seqlens, chunk_id, seq_of_interest, window, HAS_WINDOW, Q_LEN)
-
-
-@triton.jit
-def layout_chunk(
-    chunk, n, incl, offs_b, seqlens, chunk_id, seq_of_interest, window, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr
-):  # fmt: skip
-    """``inline_chunk``'s answer from a layout already computed (``_chunk_layout``'s returns)."""
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
     first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
@@ -507,7 +492,6 @@ def _partial_kernel(
     batch,
     tail_first,
     max_chunks,
-    num_head_ids,
     stride_qb,
     stride_qt,
     stride_qh,
@@ -557,7 +541,6 @@ def _partial_kernel(
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
-    PERSISTENT: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -566,55 +549,18 @@ def _partial_kernel(
         first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
         if first_seq < 0:
             return
-    if PERSISTENT:
-        # a 1-D grid of fewer programs than fit the GPU at once (so the scheduler spreads them over the SMs; idle
-        # programs past a resident set pack the busy ones onto fewer SMs: docs/design.md): the used chunk slots x
-        # heads, heads fastest, in contiguous balanced ranges, one or none each when they fit
-        wait_for_previous(USE_PDL)
-        let_next_start(USE_PDL)
-        if INLINE_PLAN:
-            chunk, n, incl, offs_b, seqlens = _chunk_layout(
-                SEQLENS, stride_sl, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-                BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
-            )  # fmt: skip
-            items = tl.sum(n, axis=0) * num_head_ids
-        else:
-            last_first, last_count = sequence_chunks(PLAN, batch - 1, batch, max_chunks)
-            items = (last_first + last_count) * num_head_ids
-        programs = tl.num_programs(0)
-        pid = tl.program_id(0)
-        for item in range(tl.cdiv(pid * items, programs), tl.cdiv((pid + 1) * items, programs)):
-            chunk_id = item // num_head_ids
-            head_id = item % num_head_ids
-            if INLINE_PLAN:
-                seq, seqlen, start, end, _, count = layout_chunk(
-                    chunk, n, incl, offs_b, seqlens, chunk_id, 0, window, HAS_WINDOW, Q_LEN
-                )  # fmt: skip
-                single = count == 1
-            else:
-                seq, seqlen, start, end, single = locate_chunk(
-                    PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
-                    NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN,
-                )  # fmt: skip
-            _chunk_work(
-                Q, K, V, BLOCK_TABLE, PLAN, COUNTERS, O_PART, LSE_PART, OUT, LSE, ALIBI, SINKS, K_SCALE, V_SCALE,
-                qk_scale, softcap, window, num_q_heads, batch, max_chunks, num_head_ids, chunk_id, head_id,
-                seq.to(tl.int64), seqlen, start, end, single,
-                stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
-                stride_btb, stride_btp, stride_ob, stride_ot, stride_oh,
-                GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT, WRITE_LSE, HEAD_BLOCKS,
-                HAS_SOFTCAP, HAS_ALIBI, HAS_SINKS, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, FUSED_MAX,
-                MERGE_UNROLL,
-            )  # fmt: skip
-        return
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
     # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
     if HEADS_FIRST:
         chunk_id = tl.program_id(1)
         head_id = tl.program_id(0)
+        num_head_ids = tl.num_programs(0)
     else:
         chunk_id = tl.program_id(0)
         head_id = tl.program_id(1)
+        num_head_ids = tl.num_programs(1)
+    kv_head = head_id // HEAD_BLOCKS
+    head_block = head_id % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
     wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
@@ -632,36 +578,7 @@ def _partial_kernel(
         )  # fmt: skip
     if seq >= batch:
         return
-    _chunk_work(
-        Q, K, V, BLOCK_TABLE, PLAN, COUNTERS, O_PART, LSE_PART, OUT, LSE, ALIBI, SINKS, K_SCALE, V_SCALE,
-        qk_scale, softcap, window, num_q_heads, batch, max_chunks, num_head_ids, chunk_id, head_id,
-        seq.to(tl.int64), seqlen, start, end, single,
-        stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
-        stride_btb, stride_btp, stride_ob, stride_ot, stride_oh,
-        GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT, WRITE_LSE, HEAD_BLOCKS,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_SINKS, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, FUSED_MAX,
-        MERGE_UNROLL,
-    )  # fmt: skip
-
-
-@triton.jit
-def _chunk_work(
-    Q, K, V, BLOCK_TABLE, PLAN, COUNTERS, O_PART, LSE_PART, OUT, LSE, ALIBI, SINKS, K_SCALE, V_SCALE,
-    qk_scale, softcap, window, num_q_heads, batch, max_chunks, num_head_ids, chunk_id, head_id,
-    seq, seqlen, start, end, single,
-    stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
-    stride_btb, stride_btp, stride_ob, stride_ot, stride_oh,
-    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
-    WRITE_LSE: tl.constexpr, HEAD_BLOCKS: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr,
-    HAS_SINKS: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr, KV_FP8: tl.constexpr,
-    SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr, FUSED_MAX: tl.constexpr, MERGE_UNROLL: tl.constexpr,
-):  # fmt: skip
-    """One partial program's work: chunk chunk_id = tokens [start, end) of sequence seq (int64, < B) for one KV head
-    and head block (head_id = KV head * HEAD_BLOCKS + head block), stored (``store_chunk``) and, with the fused
-    merge, merged if last (``merge_if_last``)."""
-    kv_head = head_id // HEAD_BLOCKS
-    head_block = head_id % HEAD_BLOCKS
+    seq = seq.to(tl.int64)
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
@@ -1136,20 +1053,12 @@ def decode_splitk(
     # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
     heads_first = tile in PARTIAL_HEADS_FIRST and (FIXED_HEADS_FIRST or not fixed)
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
-    persistent = not fixed and bool(PERSISTENT_PER_SM) and tile in PERSISTENT_PER_SM
-    if persistent:
-        # fewer programs than fit at once, each taking a balanced range of the used (chunk, head) pairs; registers
-        # capped so that that many fit an SM (the loop costs the fused merge's kernel 60 more at sm_90)
-        per_sm = PERSISTENT_PER_SM[tile]
-        grid = (max(1, min(chunks * num_kv_heads * head_blocks, int(per_sm * num_sms) - 1)),)
-        cap = REGISTERS_PER_SM // (math.ceil(per_sm) * 32 * cfg["num_warps"]) // 8 * 8
-        cfg["maxnreg"] = min(cfg.get("maxnreg", cap), cap)
     launch(
         _partial_kernel, grid,
         q4, k_cache, v_cache, cache_seqlens, block_table, plan, plan if counters is None else counters, o_part,
         lse_part, out4, lse_arg,
         qk_scale=softmax_scale * (1.0 if natural else LOG2E), num_q_heads=num_q_heads, batch=batch,
-        tail_first=tail_first, max_chunks=chunks, num_head_ids=num_kv_heads * head_blocks,
+        tail_first=tail_first, max_chunks=chunks,
         stride_qb=q4.stride(0), stride_qt=q4.stride(1), stride_qh=q4.stride(2),
         stride_kp=k_cache.stride(0), stride_kt=k_cache.stride(1), stride_kh=k_cache.stride(2),
         stride_vp=v_cache.stride(0), stride_vt=v_cache.stride(1), stride_vh=v_cache.stride(2),
@@ -1160,7 +1069,7 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
-        EVEN_B=even_b, LONG_MEAN=long_mean, PERSISTENT=persistent,
+        EVEN_B=even_b, LONG_MEAN=long_mean,
     )  # fmt: skip
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
