@@ -30,7 +30,6 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py fusedtile  # the fused merge's tile, grid order and merge against fixed splits
     python scripts/perf_probe.py grid       # the planned launch's grid (exact, idle slots, order) against fixed
     python scripts/perf_probe.py grid2      # trailing idle CTAs: fixed splits padded to 4, 8 per SM, planned slots
-    python scripts/perf_probe.py dualfix    # auto below 2 programs per SM: fixed splits first (dual path) or planned
 """
 
 import itertools
@@ -270,19 +269,6 @@ GRID2_VARIANTS = [
     ("cap8", dict(FIXED_HEADS_FIRST=True), "fixedP_cap8"), ("pad", dict(FIXED_HEADS_FIRST=True), "fixedP_pad"),
     ("rule", dict(), "planned"), ("exact", dict(), "exact"), ("fixedP_hf_again", dict(FIXED_HEADS_FIRST=True), "fixedP"),
 ]
-# `perf_probe.py dualfix`: auto below 2 single-pass programs per SM, with the dual-path call that launches fixed
-# splits first (DUAL_SPLITS_PER_SM) against the planned path alone (None), even and uneven rows
-DUALFIX_ROWS = [
-    Row([2048] * 8, 28, 4), Row([2048], 28, 4), Row([4096] * 16, 12, 2), Row([1024] * 64, 12, 2), Row([65536], 12, 2),
-    Row([16384] * 4, 12, 12), Row([65536], 12, 12), Row([8192], 32, 32), Row([32768], 32, 32),
-    Row([4096] * 20, 28, 4), Row([4096] * 24, 32, 8), Row([16384] * 4, 12, 2), Row([131072], 12, 2),
-    Row([300 + i * 977 % 4000 for i in range(12)], 12, 2), Row([8192] + [512] * 7, 28, 4),
-    Row([65536, 1024], 12, 12), Row([1024 + i * 389 % 3073 for i in range(16)], 32, 8),
-]  # fmt: skip
-DUALFIX_VARIANTS = [
-    ("planned", dict(DUAL_SPLITS_PER_SM=None), "auto"), ("auto", dict(), "auto"),
-    ("planned_again", dict(DUAL_SPLITS_PER_SM=None), "auto"), ("auto_again", dict(), "auto"),
-]
 # `perf_probe.py store`: the anchor grid's rows through auto, for an A/B of a kernel change run twice
 STORE_ROWS = [
     Row([1024] * 64, 12, 12), Row([256] * 256, 12, 12), Row([4096] * 16, 12, 12), Row([65536], 12, 12),
@@ -324,8 +310,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER", "grid_chunks", "FIXED_GRID_SLOTS", "FIXED_HEADS_FIRST",
-             "DUAL_SPLITS_PER_SM")}
+             "TAIL_WAVES", "TAIL_FULLER", "grid_chunks", "FIXED_GRID_SLOTS", "FIXED_HEADS_FIRST")}
 
 
 def set_variant(attrs):
@@ -338,7 +323,6 @@ def set_variant(attrs):
     # recorded calls hold the constants they were recorded under, and the tail lookup its answers
     launcher.clear()
     triton_splitk.single_pass_tail.cache_clear()
-    triton_splitk.dual_splits.cache_clear()
 
 
 def planned_cut(row, sms):
@@ -382,7 +366,7 @@ MODES = {
     "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
     "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS), "store": (STORE_ROWS, STORE_VARIANTS),
     "direct": (DIRECT_ROWS, DIRECT_VARIANTS), "grid": (GRID_ROWS, GRID_VARIANTS),
-    "grid2": (GRID2_ROWS, GRID2_VARIANTS), "dualfix": (DUALFIX_ROWS, DUALFIX_VARIANTS),
+    "grid2": (GRID2_ROWS, GRID2_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")

@@ -32,8 +32,6 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 DETERMINISTIC = object()
 # ...and for a dual-path planned call: the single pass first, writing only if the lengths are even
 DUAL_PATH = object()
-# ...whose first launch is fixed splits (``triton_splitk.dual_splits``) rather than the single pass
-DUAL_SPLITS = object()
 # "auto" takes the dual path when B * Hkv gives every SM at least this many single-pass programs (and fewer than the
 # planner's target, above which it runs the single pass outright): docs/design.md, "The `auto` rule"
 DUAL_PATH_MIN_PROGRAMS_PER_SM = 2
@@ -230,11 +228,6 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
-    # fewer: fixed splits if the lengths are even, the planned cut if not
-    if dual and splitk.dual_splits(
-        batch, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads, sms
-    ):  # fmt: skip
-        return "triton_splitk", DUAL_SPLITS
     return "triton_splitk", None
 
 
@@ -278,14 +271,7 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
 def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
     splitk = _kernels()[2]
     split_tokens = None
-    dual_path = num_splits is DUAL_PATH or num_splits is DUAL_SPLITS
-    dual_splits = 0
-    if num_splits is DUAL_SPLITS:
-        num_kv_heads = k_cache.shape[2]
-        dual_splits = splitk.dual_splits(
-            q.shape[0], q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q.shape[1] if q.dim() == 4 else 1,
-            k_cache.element_size(), num_kv_heads, _num_sms(q.device),
-        )  # fmt: skip
+    dual_path = num_splits is DUAL_PATH
     if num_splits is DETERMINISTIC:
         num_splits, split_tokens = None, splitk.DETERMINISTIC_SPLIT_TOKENS
     elif dual_path:
@@ -295,7 +281,7 @@ def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, o
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
         num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
-        dual_path=dual_path, dual_splits=dual_splits,
+        dual_path=dual_path,
     )  # fmt: skip
 
 

@@ -194,14 +194,6 @@ TAIL_SPLIT = True
 TAIL_HEAD_DIMS = (128, 256)
 # deterministic mode: tokens per split, a multiple of every BLOCK_N (long sequences still spread over the SMs)
 DETERMINISTIC_SPLIT_TOKENS = 1024
-# `auto` below 2 single-pass programs per SM: a dual-path call whose first launch is fixed splits of about this many
-# programs per SM by tile class (``dual_splits``), for even batches, the planned kernels after it for uneven ones.
-# H200, fixed splits against the planned path on even rows (perf_probe fixedall at d213fc1, grid at c9c612d, graph
-# µs): 8 x 2048 28/4 15.2 (S 8) against 18.4, 20 x 4096 28/4 50.9 (S 4) against 60.7, 24 x 4096 32/8 99.4 (S 2)
-# against 114.8, 16 x 4096 12/2 24.3 against 26.6, 4 x 16384 12/12 99.6 against 102.8; the best S gave 256-384
-# programs for the MHA and grouped tiles, 512 for the small-group one (1 x 8192 32/32: 40.0 at 512, 47.5 at 256)
-DUAL_SPLITS_PER_SM = {"mha": 3, "grouped": 3, "small_group": 4}
-DUAL_SPLITS_HEAD_DIMS = (128,)
 # probe only (scripts/perf_probe.py grid): the fixed mode with the planned grid's launch shape, its chunk slots
 # padded to this many (idle programs past B * S) and its grid heads-first by tile class
 FIXED_GRID_SLOTS = 0
@@ -552,15 +544,10 @@ def _partial_kernel(
 ):
     first_seq = 0
     if EVEN_B:
-        # dual-path call: an even batch is the single pass's (or the fixed splits'), or its sequences before
-        # tail_first (before the wait: the lengths are an input)
+        # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
+        # the lengths are an input)
         first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
-        if NUM_SPLITS > 0:
-            # the fixed splits of a dual-path call write an even batch only
-            if first_seq >= 0:
-                return
-            first_seq = 0
-        elif first_seq < 0:
+        if first_seq < 0:
             return
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
     # token rows (and unused chunk slots come last); else (chunks, Hkv * head blocks)
@@ -657,14 +644,10 @@ def _combine_kernel(
 ):
     first_seq = 0
     if EVEN_B:
-        # dual-path call: an even batch is the single pass's (or the fixed splits'), or its sequences before
-        # tail_first (before the wait: the lengths are an input; the plan gives those no chunk, so they return below)
+        # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
+        # the lengths are an input; the plan gives those no chunk, so they return below)
         first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
-        if NUM_SPLITS > 0:
-            if first_seq >= 0:
-                return
-            first_seq = 0
-        elif first_seq < 0:
+        if first_seq < 0:
             return
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
     row = tl.program_id(0)
@@ -914,25 +897,6 @@ def single_pass_tail(
     return (full * wave // num_kv_heads if TAIL_SPLIT else 0), long_tokens
 
 
-@functools.lru_cache(maxsize=256)
-def dual_splits(
-    batch: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, num_sms: int
-) -> int:  # fmt: skip
-    """S for the fixed splits that a dual-path call launches first where the single pass has fewer than 2 programs
-    per SM (``decode_splitk``'s dual_splits), or 0 for none: the largest power of two with B * Hkv * head blocks * S
-    <= DUAL_SPLITS_PER_SM[tile class] * #SMs, at least 2; one query token, 16-bit caches, DUAL_SPLITS_HEAD_DIMS (the
-    measured cases). On even batches fixed splits beat the planned cut (docs/design.md); the planned kernels after
-    them take uneven ones."""
-    if not DUAL_SPLITS_PER_SM or q_len != 1 or kv_itemsize != 2 or head_dim not in DUAL_SPLITS_HEAD_DIMS:
-        return 0
-    cfg, _, tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)
-    per_sm = DUAL_SPLITS_PER_SM.get(tile)
-    pairs = batch * num_kv_heads * cdiv(q_len * group, cfg["BLOCK_H"])
-    if not per_sm or 2 * pairs > per_sm * num_sms:
-        return 0
-    return 1 << (per_sm * num_sms // pairs).bit_length() - 1
-
-
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
     """Whether a planned call merges chunks in the last partial program (``merge_if_last``) rather than in a combine
     launch, from shapes only: enough (sequence, row) pairs that the combine would not be a few long merges
@@ -1000,8 +964,7 @@ def launch_combine(
 
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
-    config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, dual_splits=0,
-    even_only=False,
+    config=None, return_partials=False, features=None, split_tokens=None, dual_path=False,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -1014,10 +977,6 @@ def decode_splitk(
             batch: no host sync, one CUDA graph for both outcomes (docs/design.md, "The `auto` rule"). Where the
             single pass would end on a nearly empty wave (``single_pass_tail``), it takes an even batch whole only
             if its mean visible length is short, and of a longer one the sequences of the full waves.
-        dual_splits: with dual_path, launch S = dual_splits fixed splits first instead of the single pass (the
-            kernels of ``even_only``; no tail gate): below 2 single-pass programs per SM (``dual_splits``).
-        even_only: fixed mode only: the partial and combine programs write only if the batch is even (the fixed
-            side of a dual-path call).
         return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
             [chunks, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
             straight to ``out`` and leave their rows unset). Partials hold no sink (it joins in the combine).
@@ -1032,16 +991,15 @@ def decode_splitk(
     assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     assert not dual_path or (num_splits is None and not split_tokens), "dual-path calls are planned"
-    assert not even_only or (num_splits and not split_tokens), "the even side of a dual-path call is fixed splits"
     # the evenness test's lengths tile in every kernel of a dual-path call (0: not one)
-    even_b = next_power_of_2(batch) if dual_path or even_only else 0
+    even_b = next_power_of_2(batch) if dual_path else 0
     if num_sms is None:
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     max_tokens = block_table.shape[1] * page_size
     # ...and its length gate: where the single pass would end on a nearly empty wave, the planned path takes long
     # batches, of an even one the sequences from tail_first on
     tail = None
-    if dual_path and not dual_splits:
+    if dual_path:
         tail = single_pass_tail(
             batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
         )  # fmt: skip
@@ -1076,13 +1034,7 @@ def decode_splitk(
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
-    if dual_path and dual_splits:
-        # fixed splits first: on an even batch they write the output and every planned program returns at once
-        decode_splitk(
-            q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, num_splits=dual_splits,
-            num_sms=num_sms, config=config, features=features, even_only=True,
-        )  # fmt: skip
-    elif dual_path:
+    if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
@@ -1129,7 +1081,7 @@ def decode_splitk(
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
-            even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean) if even_b else None,
+            even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean) if dual_path else None,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
