@@ -263,6 +263,25 @@ def test_combine_block_shapes(block_s, d_blocks, device, monkeypatch):
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse), num_splits
 
 
+def test_fixed_splits_padded_grid_is_bit_identical(device, monkeypatch):
+    """The probe-only launch shapes of the fixed mode (scripts/perf_probe.py grid: chunk slots padded past B * S,
+    heads-first order) leave every output bit unchanged: the padding programs return without writing."""
+    import flashdecode.triton_splitk as splitk
+
+    c = case([0, 5, 40, 100], 8, 2, 64, 16, torch.float16, device, seed=13)
+    runs = []
+    for slots, heads_first in ((0, False), (20, False), (20, True)):
+        monkeypatch.setattr(splitk, "FIXED_GRID_SLOTS", slots)
+        monkeypatch.setattr(splitk, "FIXED_HEADS_FIRST", heads_first)
+        out, lse = torch.full_like(c.q, float("nan")), torch.full(c.q.shape[:2], float("nan"), device=device)
+        decode_splitk(*c.args, 0.125, out, lse, num_splits=3, num_sms=4)
+        runs.append((out, lse))
+    ref_out, _ = reference_of(c)
+    assert max_err(runs[0][0], ref_out) <= output_tolerance(c, ref_out, torch.float16)
+    for out, lse in runs[1:]:
+        assert torch.equal(out, runs[0][0]) and torch.equal(lse, runs[0][1])
+
+
 def test_tuning_switches_keep_the_result(device, monkeypatch):
     """The launch switches measured on the GPU (wide combine, split tile for small groups) change how the work is
     cut, never the answer; with them off, the same answer."""
