@@ -7,6 +7,10 @@ A spin kernel: CTAs < busy hold their SM for `ns` nanoseconds (globaltimer), the
 SM id (%smid). 16 warps a CTA: at most 4 fit an SM (64 warps), as the partial kernel's 4. Prints, for each
 (busy, grid) pair, how many SMs the busy CTAs landed on and the most on one SM; writes $OUT/dispatch.json.
 
+H200 at cee3695 (docs/benchmarks/h200-2026-11-23/sweeps/dispatch-cee3695*): the first 320 CTAs land at most 3 a SM
+in grids of 320-384 and 448-527, but 4 a SM (on 132 SMs still) in grids of 400 and of 528 (one resident set) or
+more: past a resident set, trailing idle CTAs make the busy ones share SMs.
+
     python scripts/dispatch_probe.py         # busy CTAs ahead of idle ones, grids up to 4096
     python scripts/dispatch_probe.py fine    # grids around 4 CTAs per SM (and 2, at 32 warps)
 """
