@@ -90,3 +90,36 @@ def test_feature_rows_are_checked_and_count_only_the_bytes_read(device):
         ("2x20..50 4/2 D64 P16 bf16 W9", "triton_splitk"): "ok",
         ("2x20..50 4/2 D64 P16 bf16 W9", "torch_sdpa"): "skipped",
     }, by
+
+
+def test_sglang_split_rule():
+    """SGLang's split counts, worked by hand from its rule (peers.sglang_kv_splits' docstring)."""
+    from flashdecode.peers import sglang_kv_splits
+
+    # 8 x 2048, 28/4: grid target 132 * log2(2048 / 64) = 660 programs over 8 * 4 head blocks -> 21, capped at 8
+    assert sglang_kv_splits([2048] * 8, 28, 4, 8, 132) == [8] * 8
+    # ragged: the long sequence gets the cap (chunk 131072 / 8), the short ones one split each
+    assert sglang_kv_splits([131072] + [1024] * 63, 32, 8, 8, 132) == [8] + [1] * 63
+    # MHA, lengths within 25% of each other: one chunk size, 4096 / 8 = 512 tokens, so 8 and 7 splits
+    assert sglang_kv_splits([4096, 3500], 12, 12, 8, 132) == [8, 7]
+
+
+@pytest.mark.parametrize("backend", ["sglang_triton", "vllm_triton"])
+def test_triton_peers_missing_source_is_skipped(backend, device, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLASHDECODE_PEER_SRC", str(tmp_path))
+    results = run_rows([Row([8], 4, 2, head_dim=64)], [backend], device, progress=False)
+    assert results[0]["status"] == "skipped" and "fetch_triton_peers" in results[0]["reason"], results[0]
+
+
+@pytest.mark.parametrize("backend", ["sglang_triton", "vllm_triton"])
+def test_triton_peers_match_reference(backend, device):
+    """The peers compute the right thing where their kernel files were fetched (fp16: the interpreter's bf16 dot
+    is wrong); group 7 as in the 28/4 rows."""
+    import os
+
+    from flashdecode.peers import _peer_dir
+
+    if not os.path.isdir(_peer_dir(backend.split("_")[0])):
+        pytest.skip("run scripts/fetch_triton_peers.sh to fetch the peers' kernel files")
+    results = run_rows([Row([70, 33, 16], 14, 2, head_dim=64, dtype="fp16")], [backend], device, progress=False)
+    assert results[0]["status"] == "ok", results[0]

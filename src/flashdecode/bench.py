@@ -132,7 +132,9 @@ PRESETS = {
 }
 
 FLASHDECODE_BACKENDS = ("auto", "triton", "triton_splitk", "triton_tma", "torch_sdpa", "torch_naive")
-PEERS = ("torch_compile", "flashinfer", "flashinfer_tc", "flash_attn", "flex_attention")
+PEERS = (
+    "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn", "flex_attention", "sglang_triton", "vllm_triton",
+)  # fmt: skip
 GPU_DEFAULT = (
     "auto", "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn",
     "flex_attention",
@@ -179,6 +181,14 @@ def make_backend(name: str, case, row: Row):
         from .peers import flex_attention_decode
 
         return flex_attention_decode(case)
+    if name == "sglang_triton":
+        from .peers import sglang_triton_decode
+
+        return sglang_triton_decode(case)
+    if name == "vllm_triton":
+        from .peers import vllm_triton_decode
+
+        return vllm_triton_decode(case)
     raise ValueError(f"unknown backend {name!r}; known: {FLASHDECODE_BACKENDS + PEERS}")
 
 
@@ -279,8 +289,10 @@ def check_backend(fn, case, ref_out, tolerance) -> tuple[bool, float]:
     return check_output(out, ref_out, tolerance)
 
 
-def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=None):
+def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=None, warm_l2=False):
     """Check and time every backend on every row. Returns a list of result dicts (one per row x backend).
+
+    warm_l2: time every call on the same cache (no rotation), so rows that fit in L2 read it from there.
 
     sabotage: optional {backend: fn(out) -> out} to corrupt a backend's output (tests of the correctness gate).
     on_row: optional callback(results so far) after each row (the CLI saves partial results with it).
@@ -306,7 +318,7 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
             case.v_cache = (case.v_cache.float() / FP8_V_SCALE).to(fp8)
         ref_out, _ = reference_dense(*case.args, device=device, **row.feature_kwargs())
         tolerance = output_tolerance(case.args, ref_out, **row.feature_kwargs())
-        copies = rotation_copies(case, l2) if on_gpu else [case]
+        copies = rotation_copies(case, l2) if on_gpu and not warm_l2 else [case]
         for name in backends:
             bar.set_description(f"{row.name()} {name}")
             rec = _base_record(row, name)
@@ -546,6 +558,7 @@ def add_bench_arguments(p):
     p.add_argument("--out", help="folder for results.json, results.md and the plots")
     p.add_argument("--compare", help="a previous results.json: print the rows more than 5%% slower")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--warm-l2", action="store_true", help="no cache rotation: small rows then read K/V from L2")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -595,7 +608,9 @@ def cmd_bench(args) -> int:
             with open(os.path.join(args.out, "results.json"), "w") as f:
                 json.dump({"meta": meta, "results": add_metrics(list(results), read_bw)}, f, indent=1, default=str)
 
-    results = run_rows(rows, backends, device, progress=not args.no_progress, on_row=save_partial)
+    results = run_rows(
+        rows, backends, device, progress=not args.no_progress, on_row=save_partial, warm_l2=args.warm_l2
+    )
     add_metrics(results, read_bw)
     print(terminal_table(results, meta))
     if args.out:
