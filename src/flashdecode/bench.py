@@ -137,7 +137,7 @@ PEERS = (
 )  # fmt: skip
 GPU_DEFAULT = (
     "auto", "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn",
-    "flex_attention",
+    "flex_attention", "sglang_triton", "vllm_triton",
 )  # fmt: skip
 CPU_DEFAULT = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_naive")
 

@@ -141,10 +141,10 @@ def _peer_file_module(name: str, path: str, stubs: dict):
     import sys
     import types
 
-    if name in sys.modules:
-        return sys.modules[name]
     if not os.path.isfile(path):
         raise Skip(f"{path} missing (run scripts/fetch_triton_peers.sh)")
+    if name in sys.modules:
+        return sys.modules[name]
     for mod_name, attrs in stubs.items():
         parts = mod_name.split(".")
         for i in range(1, len(parts) + 1):
