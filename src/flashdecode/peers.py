@@ -146,6 +146,8 @@ def _peer_file_module(name: str, path: str, stubs: dict):
     if name in sys.modules:
         return sys.modules[name]
     for mod_name, attrs in stubs.items():
+        if mod_name in sys.modules:  # the real package, or a stand-in registered before: left as it is
+            continue
         parts = mod_name.split(".")
         for i in range(1, len(parts) + 1):
             sys.modules.setdefault(".".join(parts[:i]), types.ModuleType(".".join(parts[:i])))
