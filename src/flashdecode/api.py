@@ -20,6 +20,7 @@ import math
 import torch
 
 from . import launcher, reference, torch_baselines, validation
+from .plan import DecodePlan, call_shapes
 
 __all__ = ["decode_attention", "BACKENDS"]
 
@@ -64,6 +65,7 @@ def decode_attention(
     v_scale=None,
     validate=False,
     allow_shared_pages=False,
+    plan=None,
 ):
     """Attention of one new query token (or q_len of them) per sequence over a paged KV cache.
 
@@ -112,6 +114,9 @@ def decode_attention(
             lengths in [0, max_pages * page_size], the page ids they read in [0, num_pages), no page read twice.
             The environment variable FLASHDECODE_DEBUG=1 turns it on for every call.
         allow_shared_pages: with validation on, accept pages read by several sequences (prefix caching).
+        plan: a ``DecodePlan`` from ``flashdecode.plan_decode`` for these shapes (backend "auto", no num_splits,
+            not deterministic): the kernels chosen from the lengths read once on the host, e.g. once per decode
+            step for all layers. Correct for any lengths; fast for those it was made from.
 
     Returns:
         out with q's shape and dtype, or (out, lse) when return_lse. A sequence with 0 tokens gives out = 0 and
@@ -131,6 +136,8 @@ def decode_attention(
         (torch.Size([2, 8, 64]), [-inf, -inf])
     """
     _validate_options(backend, num_splits, softmax_scale, kv_layout, deterministic)
+    if plan is not None:
+        _validate_plan(plan, backend, num_splits, deterministic)
     dense = block_table is None
     k_cache, v_cache, block_table = _as_paged(q, k_cache, v_cache, block_table, kv_layout)
     meta = _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense)
@@ -157,7 +164,7 @@ def decode_attention(
         key = None
         if meta is not None and not checked and launcher.ENABLED:
             device = torch.cuda.current_device() if q.is_cuda else None
-            options = (backend, num_splits, softmax_scale, bool(return_lse), deterministic, device, feature_fields)
+            options = (backend, num_splits, softmax_scale, bool(return_lse), deterministic, device, feature_fields, plan)
             ptrs = launcher.addresses(inputs)
             key = (meta, options, launcher.address_key(ptrs)) if ptrs is not None else None
             if key is not None and launcher.replay(key, inputs, device, ptrs):
@@ -167,7 +174,11 @@ def decode_attention(
         q_in, out_in = (q[:, 0], out[:, 0]) if one else (q, out)
         lse_in = lse[:, 0] if one and lse is not None else lse
         scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-        name, splits = _choose_backend(backend, num_splits, q_in, k_cache, block_table, features, deterministic)
+        if plan is None:
+            name, splits = _choose_backend(backend, num_splits, q_in, k_cache, block_table, features, deterministic)
+        else:
+            plan.check(call_shapes(q_in, k_cache, block_table, features.window_left))
+            name, splits = plan.backend, (DUAL_PATH if plan.dual_path else plan.num_splits)
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -332,6 +343,18 @@ def _validate_options(backend, num_splits, softmax_scale, kv_layout, determinist
     if deterministic and backend == "torch_sdpa":
         raise ValueError("deterministic=True is not offered by backend 'torch_sdpa' (its fused kernels may change "
                          "with the batch); use 'auto', 'triton', 'triton_splitk', 'torch_naive' or 'reference'")
+
+
+def _validate_plan(plan, backend, num_splits, deterministic):
+    """A plan replaces the "auto" choice: TypeError / ValueError when it is not a DecodePlan or other options
+    choose too."""
+    if not isinstance(plan, DecodePlan):
+        raise TypeError(f"plan must be None or a DecodePlan from flashdecode.plan_decode, got {type(plan).__name__}")
+    if backend != "auto" or num_splits is not None or deterministic:
+        raise ValueError(
+            "plan chooses the kernels, so it needs backend 'auto', num_splits None and deterministic False; got "
+            f"backend {backend!r}, num_splits {num_splits}, deterministic {deterministic}"
+        )
 
 
 # k_cache dims per layout, for messages, and where the page-size and head dims sit

@@ -132,14 +132,17 @@ PRESETS = {
 }
 
 FLASHDECODE_BACKENDS = ("auto", "triton", "triton_splitk", "triton_tma", "torch_sdpa", "torch_naive")
+# "auto" with a plan made once per case from the lengths on the host (plan_decode), as FlashInfer's wrapper is planned
+# once per case: the call a serving engine makes for each layer of a decode step
+PLANNED = "auto_plan"
 PEERS = (
     "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn", "flex_attention", "sglang_triton", "vllm_triton",
 )  # fmt: skip
 GPU_DEFAULT = (
-    "auto", "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc", "flash_attn",
-    "flex_attention", "sglang_triton", "vllm_triton",
+    "auto", PLANNED, "triton", "triton_splitk", "torch_sdpa", "torch_compile", "flashinfer", "flashinfer_tc",
+    "flash_attn", "flex_attention", "sglang_triton", "vllm_triton",
 )  # fmt: skip
-CPU_DEFAULT = ("auto", "triton", "triton_splitk", "torch_sdpa", "torch_naive")
+CPU_DEFAULT = ("auto", PLANNED, "triton", "triton_splitk", "torch_sdpa", "torch_naive")
 
 
 class Skip(Exception):
@@ -165,6 +168,12 @@ def make_backend(name: str, case, row: Row):
         raise Skip(f"{name} has no {', '.join(kw)} here")
     if name in FLASHDECODE_BACKENDS:
         return lambda c=case: decode_attention(*c.args, backend=name, **kw)
+    if name == PLANNED:
+        from .plan import plan_decode
+
+        q, k, _, lens, table = case.args
+        plan = plan_decode(q, k, lens, table, window_left=row.window_left)
+        return lambda c=case: decode_attention(*c.args, plan=plan, **kw)
     if name == "torch_compile":
         compiled = _compiled_dense()
         scale = 1.0 / math.sqrt(row.head_dim)
@@ -189,7 +198,7 @@ def make_backend(name: str, case, row: Row):
         from .peers import vllm_triton_decode
 
         return vllm_triton_decode(case)
-    raise ValueError(f"unknown backend {name!r}; known: {FLASHDECODE_BACKENDS + PEERS}")
+    raise ValueError(f"unknown backend {name!r}; known: {FLASHDECODE_BACKENDS + (PLANNED,) + PEERS}")
 
 
 _COMPILED = {}
@@ -554,7 +563,8 @@ def add_bench_arguments(p):
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--page-size", type=int, default=16)
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
-    p.add_argument("--backends", help=f"comma-separated; flashdecode: {', '.join(FLASHDECODE_BACKENDS)}; peers: {', '.join(PEERS)}")
+    ours = ", ".join(FLASHDECODE_BACKENDS + (PLANNED,))
+    p.add_argument("--backends", help=f"comma-separated; flashdecode: {ours}; peers: {', '.join(PEERS)}")
     p.add_argument("--out", help="folder for results.json, results.md and the plots")
     p.add_argument("--compare", help="a previous results.json: print the rows more than 5%% slower")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
@@ -588,8 +598,9 @@ def cmd_bench(args) -> int:
     rows = rows_from_args(args, on_gpu)
     backends = args.backends.split(",") if args.backends else list(GPU_DEFAULT if on_gpu else CPU_DEFAULT)
     for b in backends:
-        if b not in FLASHDECODE_BACKENDS + PEERS:
-            raise SystemExit(f"error: --backends: unknown backend {b!r}; known: {', '.join(FLASHDECODE_BACKENDS + PEERS)}")
+        if b not in FLASHDECODE_BACKENDS + (PLANNED,) + PEERS:
+            known = ", ".join(FLASHDECODE_BACKENDS + (PLANNED,) + PEERS)
+            raise SystemExit(f"error: --backends: unknown backend {b!r}; known: {known}")
     if not on_gpu:
         print("note: no GPU: running on CPU through the Triton interpreter; these timings mean nothing for GPU speed")
     read_bw = measure_read_bandwidth(device) if on_gpu else None

@@ -1,0 +1,151 @@
+"""plan_decode(): read a decode step's lengths once on the host, so that each layer's call skips the device's plan.
+
+``decode_attention``'s "auto" rule reads shapes only: no host sync, and one CUDA graph serves every length. Where
+the lengths decide the fast path, it pays for deciding on the device: the planner's cut (in every partial program
+for small batches, or a planner launch), or a dual-path call that launches both the single pass and the planned
+kernels (docs/design.md, "The `auto` rule"). A serving engine knows the lengths on the host at each step (it wrote
+them) and calls attention once per layer with the same lengths, as FlashInfer's ``plan`` / ``run`` split assumes.
+``plan_decode`` reads them once (one host sync) and makes the choice the device would have made:
+
+* shapes that ``auto`` sends to one backend outright (the single pass, PyTorch on CPU) keep it;
+* a dual-path call whose lengths are even and short: the single pass alone (the planned kernels would only test the
+  lengths and return);
+* a planned call (or the planned side of a dual-path call without a tail gate) of even lengths, or whose cut gives
+  every non-empty sequence the same number of chunks: fixed splits, ``num_splits=k`` with k the most chunks the cut
+  gives a sequence (for a uniform batch the same cut; each sequence's tiles dealt evenly to its k splits, without
+  the cut computed in place or a planner launch); k = 1: the single pass;
+* anything else (uneven batches, the tail split): ``auto``'s own device-planned call.
+
+Every choice is correct for any lengths (the single pass and fixed splits read the lengths on the device too), so
+a plan used after the lengths changed, or replayed in a CUDA graph captured with it, still gives the right output,
+only perhaps more slowly. Make a new plan when the lengths change much (each step, or every few steps).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["DecodePlan", "plan_decode"]
+
+
+@dataclass(frozen=True, eq=False)
+class DecodePlan:
+    """What ``plan_decode`` chose for one batch's shapes and lengths; pass it as ``decode_attention(plan=...)``.
+
+    Attributes:
+        backend: the backend the calls run ("triton", "triton_splitk", or a PyTorch one on CPU).
+        num_splits: 1 (single pass), S > 1 (fixed splits), or None (planned on the device from the lengths).
+        dual_path: a dual-path call (the device still decides between the single pass and the planned kernels).
+        reason: why, in words.
+        shapes: the call shapes the plan is for (checked by ``decode_attention``).
+    """
+
+    backend: str
+    num_splits: int | None
+    dual_path: bool
+    reason: str
+    shapes: tuple
+
+    def check(self, shapes: tuple) -> None:
+        """Raise ValueError when a call's shapes differ from those the plan was made for."""
+        if shapes != self.shapes:
+            made, got = _describe(self.shapes), _describe(shapes)
+            diff = ", ".join(f"{k} {made[k]} (call: {got[k]})" for k in made if made[k] != got[k])
+            raise ValueError(f"plan was made for other shapes: {diff}; make one with plan_decode for this call")
+
+
+_SHAPE_NAMES = ("batch", "q_len", "num_q_heads", "num_kv_heads", "head_dim", "dtype", "kv_dtype", "page_size",
+                "max_pages", "device", "window_left")  # fmt: skip
+
+
+def _describe(shapes: tuple) -> dict:
+    return dict(zip(_SHAPE_NAMES, shapes))
+
+
+def call_shapes(q, k_cache, block_table, window_left) -> tuple:
+    """The shapes a plan is bound to, from ``decode_attention``'s views (q [B, (q_len,) Hq, D], NHD k_cache)."""
+    q_len = q.shape[1] if q.dim() == 4 else 1
+    return (
+        q.shape[0], q_len, q.shape[-2], k_cache.shape[2], q.shape[-1], q.dtype, k_cache.dtype, k_cache.shape[1],
+        block_table.shape[1], q.device, window_left,
+    )  # fmt: skip
+
+
+def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", window_left=None) -> DecodePlan:
+    """Choose the kernels for a batch from its lengths, read once on the host (one device sync).
+
+    Args:
+        q: [B, Hq, D] or [B, q_len, Hq, D], as the calls will pass it (only shapes, dtype and device are read).
+        k_cache: [num_pages, page_size, Hkv, D] ("NHD") or [num_pages, Hkv, page_size, D] ("HND"), or a dense cache
+            with block_table None, as ``decode_attention`` takes it.
+        cache_seqlens: [B] int32, the lengths the calls will see (read here, on the host).
+        block_table: [B, max_pages] int32, or None for a dense cache.
+        kv_layout: "NHD" or "HND".
+        window_left: the calls' sliding window (None / -1: off); the cut covers only the visible tokens.
+
+    Returns:
+        A ``DecodePlan`` for ``decode_attention(..., plan=plan)`` with these shapes (backend "auto", no
+        num_splits). Any lengths give the right output with it; the lengths read here make it fast.
+
+    Example:
+        >>> import torch, flashdecode
+        >>> q = torch.randn(2, 8, 64)
+        >>> k = torch.randn(10, 16, 2, 64); v = torch.randn(10, 16, 2, 64)
+        >>> lens = torch.tensor([20, 7], dtype=torch.int32)
+        >>> table = torch.tensor([[3, 7], [1, -1]], dtype=torch.int32)
+        >>> plan = flashdecode.plan_decode(q, k, lens, table)
+        >>> out = flashdecode.decode_attention(q, k, v, lens, table, plan=plan)
+        >>> out.shape
+        torch.Size([2, 8, 64])
+    """
+    from . import api
+
+    api._validate_options("auto", None, None, kv_layout, False)
+    dense = block_table is None
+    k_view, _, block_table = api._as_paged(q, k_cache, k_cache, block_table, kv_layout)
+    api._validate(q, k_view, k_view, cache_seqlens, block_table, None, kv_layout, dense)
+    features = api._validate_features(q, k_view, "auto", None, None, None, window_left, None, None)
+    window = features.window_left
+    q_in = q[:, 0] if q.dim() == 4 and q.shape[1] == 1 else q
+    shapes = call_shapes(q_in, k_view, block_table, window)
+    name, splits = api._choose_backend("auto", None, q_in, k_view, block_table, features)
+    if name != "triton_splitk":
+        return DecodePlan(name, splits, False, "the shapes alone pick it", shapes)
+    if q_in.shape[0] == 0:
+        return DecodePlan("triton", 1, False, "an empty batch launches nothing", shapes)
+    common, _, splitk = api._kernels()
+    lens = [int(n) for n in cache_seqlens.tolist()]
+    batch, num_kv_heads, page_size = q_in.shape[0], k_view.shape[2], k_view.shape[1]
+    q_len, num_q_heads, head_dim = features.q_len, q_in.shape[-2], q_in.shape[-1]
+    group, sms, kv_itemsize = num_q_heads // num_kv_heads, api._num_sms(q.device), k_view.element_size()
+    max_tokens = block_table.shape[1] * page_size
+    if splits is api.DUAL_PATH:
+        # the device's test, on the host: the single pass takes an even batch (of short sequences under the tail gate)
+        tail = splitk.single_pass_tail(
+            batch, head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, sms, max_tokens
+        )  # fmt: skip
+        if common.even_lengths(lens, window, q_len, tail[1] if tail else 0):
+            return DecodePlan("triton", 1, False, "even lengths: the single pass, as the dual path would", shapes)
+        if tail is not None:
+            return DecodePlan(name, None, True, "a single-pass tail: the dual path decides on the device", shapes)
+    # the planned call's cut, as decode_splitk would plan it (the grid, tile and target of these shapes)
+    fused = splitk.merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, sms)
+    cfg, saturation, _ = splitk.split_config(head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, fused)
+    block_n = cfg["BLOCK_N"]
+    cut = splitk.chunk_plan(
+        lens, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), block_n,
+        splitk.num_candidates(max_tokens, block_n), window, q_len, saturation,
+    )  # fmt: skip
+    counts = [0] * batch
+    for seq, start, end in cut:
+        counts[seq] += end > start
+    # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
+    # sequences as many chunks as its short ones
+    if len({c for c in counts if c}) > 1 and not common.even_lengths(lens, window, q_len):
+        return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes)
+    k = max(counts)
+    if k <= 1:
+        return DecodePlan("triton", 1, False, "one chunk a sequence: the single pass", shapes)
+    return DecodePlan(name, k, False, f"up to {k} chunks a sequence: {k} fixed splits", shapes)

@@ -1,0 +1,128 @@
+"""plan_decode: the kernels chosen from lengths read on the host, then passed to decode_attention(plan=...).
+
+The plan must pick what the device would (the single pass for an even dual-path batch, fixed splits that cut a
+uniform batch exactly as the planner does, the device's plan for an uneven one), dispatch exactly that, and stay
+correct when the lengths change after planning.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
+
+from flashdecode import DecodePlan, api, decode_attention, plan_decode
+from flashdecode.triton_splitk import decode_splitk
+
+# a small GPU (the interpreter's programs are slow): the grouped tile's planner target is 4 programs per SM, so
+# B * Hkv < 8 is planned, 8..15 dual-path, >= 16 single pass
+SMS = 4
+# (lengths, expected (backend, num_splits is None, dual_path)); 8 query heads over 2 KV heads, head dim 64, page 16,
+# 20 spare table columns (tables that can hold more than 256 tokens, so the shapes alone do not pick the single pass)
+CASES = {
+    "uniform-planned": ([200, 200], ("triton_splitk", False, False)),
+    "even-planned": ([200, 150], ("triton_splitk", False, False)),
+    "uneven-planned": ([400, 20], ("triton_splitk", True, False)),
+    "dual-even": ([100, 120, 100, 90], ("triton", False, False)),
+    "dual-uneven": ([300, 20, 20, 20], ("triton_splitk", True, False)),
+    "full-grid": ([60] * 8, ("triton", False, False)),
+}
+
+
+def _case(lens, device, seed=3, extra_table_columns=20):
+    return case(lens, 8, 2, 64, 16, torch.float32, device, seed=seed, extra_table_columns=extra_table_columns)
+
+
+def _nan_out(c):
+    return torch.full_like(c.q, float("nan"))
+
+
+@pytest.fixture
+def small_gpu(monkeypatch):
+    monkeypatch.setattr(api, "_num_sms", lambda dev: SMS)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_plan_picks_and_runs_that_path(name, device, small_gpu):
+    """The plan's choice for each kind of batch, the call with the plan bit-identical to that path forced, and both
+    within the reference's tolerance (NaN-filled out and lse, so a row left unwritten fails)."""
+    lens, (backend, planned, dual) = CASES[name]
+    c = _case(lens, device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert (plan.backend, plan.num_splits is None, plan.dual_path) == (backend, planned, dual), plan.reason
+    out, lse = decode_attention(*c.args, plan=plan, out=_nan_out(c), return_lse=True)
+    forced = dict(num_splits=None) if planned else dict(num_splits=plan.num_splits)
+    alone = decode_attention(*c.args, backend=plan.backend, out=_nan_out(c), return_lse=True, **forced)
+    assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
+    ref_out, ref_lse = reference_of(c)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
+def test_fixed_splits_reproduce_the_planned_cut(device, small_gpu):
+    """For a uniform batch the plan's fixed splits are the planner's chunks: same partials, bit for bit (both modes
+    number the chunks b * k + s), and the same output."""
+    c = _case([200, 200], device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.num_splits > 1
+    scale = c.q.shape[-1] ** -0.5
+    runs = []
+    for splits in (None, plan.num_splits):
+        out, lse = _nan_out(c), torch.full(c.q.shape[:-1], float("nan"), device=device)
+        runs.append(decode_splitk(*c.args, scale, out, lse, num_splits=splits, num_sms=SMS, return_partials=True))
+    (out_p, lse_p, o_p, l_p), (out_f, lse_f, o_f, l_f) = runs
+    chunks = 2 * plan.num_splits
+    assert torch.equal(o_p[:chunks], o_f[:chunks]) and torch.equal(l_p[:chunks], l_f[:chunks])
+    assert max_err(out_p, out_f) <= 1e-6 and lse_err(lse_p, lse_f) <= 1e-6
+
+
+def test_plan_stays_correct_when_lengths_change(device, small_gpu):
+    """A plan made for uniform lengths, used on a ragged batch of the same shapes (a stale plan, or a CUDA graph
+    replayed after the lengths moved): slower perhaps, never wrong."""
+    c = _case([200, 200], device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    ragged = _case([0, 330], device, seed=4, extra_table_columns=12)
+    assert ragged.block_table.shape == c.block_table.shape
+    out, lse = decode_attention(*ragged.args, plan=plan, out=_nan_out(ragged), return_lse=True)
+    ref_out, ref_lse = reference_of(ragged)
+    assert max_err(out, ref_out) <= output_tolerance(ragged, ref_out, torch.float32)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(ragged, ref_lse)
+
+
+def test_recorded_launches_follow_the_plan(device, small_gpu):
+    """The cached launcher keys on the plan: two plans on the same tensors each run their own path."""
+    c = _case([200, 200], device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    other = dataclasses.replace(plan, num_splits=2)
+    for p in (plan, other, plan, other):
+        out = decode_attention(*c.args, plan=p, out=_nan_out(c))
+        alone = decode_attention(*c.args, backend="triton_splitk", num_splits=p.num_splits, out=_nan_out(c))
+        assert torch.equal(out, alone)
+
+
+def test_plan_with_a_window_cuts_the_visible_tokens(device, small_gpu):
+    """window_left: the plan reads visible lengths (40 each here, one chunk: the single pass)."""
+    c = _case([400, 20], device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table, window_left=39)
+    assert (plan.backend, plan.num_splits) == ("triton", 1), plan.reason
+    out = decode_attention(*c.args, plan=plan, window_left=39, out=_nan_out(c))
+    ref_out, _ = reference_of(c, window_left=39)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32, window_left=39)
+
+
+def test_plan_errors_name_the_argument(device):
+    c = _case([20, 30], device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    with pytest.raises(TypeError, match="plan must be None or a DecodePlan.*got str"):
+        decode_attention(*c.args, plan="fast")
+    for kwargs in (dict(backend="triton"), dict(num_splits=2), dict(deterministic=True)):
+        with pytest.raises(ValueError, match="plan chooses the kernels"):
+            decode_attention(*c.args, plan=plan, **kwargs)
+    other = _case([20, 30, 40], device)
+    with pytest.raises(ValueError, match=r"batch 2 \(call: 3\)"):
+        decode_attention(*other.args, plan=plan)
+    with pytest.raises(ValueError, match=r"window_left None \(call: 7\)"):
+        decode_attention(*c.args, plan=plan, window_left=7)
+    with pytest.raises(TypeError, match="cache_seqlens must be int32"):
+        plan_decode(c.q, c.k_cache, c.cache_seqlens.long(), c.block_table)
+    assert isinstance(plan, DecodePlan) and plan.reason
