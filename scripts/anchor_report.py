@@ -4,7 +4,10 @@ optionally before / after against an earlier results.json. Prints a markdown tab
 rows more than 5% slower than before; then the same for the eager column (host time included: what a caller
 without CUDA graphs sees); then, given a ``--warm-l2`` run, its rows against PERF.md.
 
-    python scripts/anchor_report.py NEW/results.json [OLD/results.json] [--warm WARM/results.json] > report.md
+    python scripts/anchor_report.py NEW/results.json [OLD/results.json] [--warm WARM/results.json] [--ours auto_plan]
+
+``--ours`` reports another of our backends in place of ``auto`` (``auto_plan``: planned once per case on the host,
+as FlashInfer is); the "before" column stays the old run's ``auto``.
 """
 
 import json
@@ -34,7 +37,7 @@ def load(path):
 
 
 # backends of flashdecode itself: every other backend in a results file is a peer
-OWN = ("auto", "triton", "triton_splitk", "triton_tma", "torch_sdpa", "torch_naive", "reference")
+OWN = ("auto", "auto_plan", "triton", "triton_splitk", "triton_tma", "torch_sdpa", "torch_naive", "reference")
 SHORT = {"flashinfer": "FI", "flashinfer_tc": "FI TC", "sglang_triton": "SGLang", "vllm_triton": "vLLM",
          "flash_attn": "FA", "torch_compile": "compile", "flex_attention": "flex"}  # fmt: skip
 
@@ -49,9 +52,17 @@ def geomean(values):
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
+# the backend reported (``--ours``)
+OURS = "auto"
+
+
 def main():
+    global OURS
     args = sys.argv[1:]
     warm = None
+    if "--ours" in args:
+        i = args.index("--ours")
+        OURS, args = args[i + 1], args[:i] + args[i + 2 :]
     if "--warm" in args:
         i = args.index("--warm")
         warm, args = args[i + 1], args[:i] + args[i + 2 :]
@@ -65,21 +76,21 @@ def main():
         entry = rows.setdefault(r["row"], {"kv_mb": r["kv_bytes"] / 1e6})
         if r.get("graph_us") and r["status"] == "ok":
             entry[r["backend"]] = r["graph_us"]
-            if r["backend"] == "auto":
+            if r["backend"] == OURS:
                 entry["gbps"] = r["gbps"]
     before = f"{old_meta['commit']} µs" if old else "before µs"
     print(f"graph µs, {meta['gpu']}, commit {meta['commit']}, torch {meta['torch']}, triton {meta['triton']}, "
           f"flashinfer {meta.get('flashinfer')}; read bandwidth {meta['read_bandwidth_gbps']:.0f} GB/s\n")  # fmt: skip
-    print(f"| row | K+V MB | {before} | now µs | GB/s | best peer, same run µs | PERF.md peer µs | vs same run "
+    print(f"| row | K+V MB | {before} | {OURS} µs | GB/s | best peer, same run µs | PERF.md peer µs | vs same run "
           "| vs PERF.md |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     vs_fi, vs_peer, anchor_fi, anchor_peer = [], [], [], []
     for name, e in rows.items():
-        if "auto" not in e:
+        if OURS not in e:
             continue
         fi, who = best_peer(e)
         peer = PERF_PEER_US.get(name)
-        s_fi, s_peer = (fi / e["auto"] if fi else None), (peer / e["auto"] if peer else None)
+        s_fi, s_peer = (fi / e[OURS] if fi else None), (peer / e[OURS] if peer else None)
         anchor = name in list(PERF_PEER_US)[:22]
         if s_fi:
             vs_fi.append(s_fi)
@@ -87,7 +98,7 @@ def main():
         if s_peer:
             vs_peer.append(s_peer)
             anchor_peer += [s_peer] if anchor else []
-        cells = [f"{old[name]:.1f}" if name in old else "", f"{e['auto']:.1f}", f"{e['gbps']:.0f}",
+        cells = [f"{old[name]:.1f}" if name in old else "", f"{e[OURS]:.1f}", f"{e['gbps']:.0f}",
                  f"{fi:.1f} ({who})" if fi else "", f"{peer:.1f}" if peer else "", f"{s_fi:.2f}×" if s_fi else "",
                  f"{s_peer:.2f}×" if s_peer else ""]  # fmt: skip
         print(f"| {name} | {e['kv_mb']:.1f} | " + " | ".join(cells) + " |")
@@ -112,15 +123,15 @@ def warm_table(path):
     for r in results:
         if r.get("graph_us") and r["status"] == "ok":
             rows.setdefault(r["row"], {})[r["backend"]] = r["graph_us"]
-    print("\nWarm L2 (no rotation), graph µs\n\n| row | auto µs | best peer, same run µs | PERF.md peer µs | "
+    print(f"\nWarm L2 (no rotation), graph µs\n\n| row | {OURS} µs | best peer, same run µs | PERF.md peer µs | "
           "vs same run | vs PERF.md |\n|---|---:|---:|---:|---:|---:|")  # fmt: skip
     for name, e in rows.items():
-        if "auto" not in e:
+        if OURS not in e:
             continue
         fi, who = best_peer(e)
         peer = PERF_PEER_US.get(name)
-        cells = [f"{e['auto']:.1f}", f"{fi:.1f} ({who})" if fi else "", f"{peer:.1f}" if peer else "",
-                 f"{fi / e['auto']:.2f}×" if fi else "", f"{peer / e['auto']:.2f}×" if peer else ""]  # fmt: skip
+        cells = [f"{e[OURS]:.1f}", f"{fi:.1f} ({who})" if fi else "", f"{peer:.1f}" if peer else "",
+                 f"{fi / e[OURS]:.2f}×" if fi else "", f"{peer / e[OURS]:.2f}×" if peer else ""]  # fmt: skip
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
@@ -135,12 +146,12 @@ def eager_table(results, old_results, before):
     print("|---|---:|---:|---:|---:|")
     speeds = []
     for name, e in rows.items():
-        if "auto" not in e:
+        if OURS not in e:
             continue
         fi, who = best_peer(e)
-        speeds += [fi / e["auto"]] if fi else []
-        cells = [f"{old[name]:.1f}" if name in old else "", f"{e['auto']:.1f}", f"{fi:.1f} ({who})" if fi else "",
-                 f"{fi / e['auto']:.2f}×" if fi else ""]  # fmt: skip
+        speeds += [fi / e[OURS]] if fi else []
+        cells = [f"{old[name]:.1f}" if name in old else "", f"{e[OURS]:.1f}", f"{fi:.1f} ({who})" if fi else "",
+                 f"{fi / e[OURS]:.2f}×" if fi else ""]  # fmt: skip
         print(f"| {name} | " + " | ".join(cells) + " |")
     print(f"\nEager geomean: {geomean(speeds):.3f}× the fastest peer of the same run over {len(speeds)} rows.")
 
