@@ -2,10 +2,12 @@
 trails a peer (graph µs, caches rotated out of L2): the single pass and fixed splits S = 2 .. 256 (up to ~8
 programs per SM), beside ``auto`` and the plan. Run on the GPU machine:
 
-    python scripts/splits_probe.py > splits.log
+    python scripts/splits_probe.py > splits.log         # the MHA, 32/32, head dim 256 and two GQA rows
+    python scripts/splits_probe.py gqa 2 > splits.log   # the 12/2 and 28/4 rows, every variant timed twice
 """
 
 import itertools
+import sys
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -22,6 +24,10 @@ ROWS = [
     ([65536], 12, 12, 128), ([131072], 12, 12, 128), ([8192], 32, 32, 128), ([32768], 32, 32, 128),
     ([131072], 32, 32, 128), ([2048] * 8, 28, 4, 128), ([1024] * 64, 12, 2, 128), ([4096] * 64, 32, 8, 256),
 ]  # fmt: skip
+GQA_ROWS = [
+    ([1024] * 64, 12, 2, 128), ([4096] * 16, 12, 2, 128), ([16384] * 4, 12, 2, 128), ([65536], 12, 2, 128),
+    ([131072], 12, 2, 128), ([2048], 28, 4, 128), ([2048] * 8, 28, 4, 128), ([1024] * 24, 28, 4, 128),
+]  # fmt: skip
 
 
 def time_us(case, rotated, **kw):
@@ -30,9 +36,11 @@ def time_us(case, rotated, **kw):
 
 
 def main():
+    rows = GQA_ROWS if sys.argv[1:2] == ["gqa"] else ROWS
+    repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     sms = api._num_sms(torch.device("cuda"))
     print(f"{'row':>22} {'variant':>14} {'µs':>7}")
-    for lens, hq, hkv, d in ROWS:
+    for lens, hq, hkv, d in rows:
         case = random_paged_case(lens, hq, hkv, d, 16, torch.bfloat16, "cuda", spare_pages=0, seed=0)
         ref, _ = reference_dense(*case.args, device="cuda")
         rotated = rotation_copies(case, _l2_bytes("cuda"))
@@ -41,7 +49,7 @@ def main():
         variants += [(f"S={s}", {"num_splits": s}) for s in (1, 2, 4, 8, 16, 32, 64, 128, 256)
                      if s == 1 or s * len(lens) * hkv <= 8 * sms]  # fmt: skip
         name = f"{len(lens)}x{lens[0]} {hq}/{hkv}" + ("" if d == 128 else f" D{d}")
-        for label, kw in variants:
+        for label, kw in variants * repeats:
             launcher.clear()
             assert max_err(decode_attention(*case.args, **kw), ref) < 2e-2, (name, label)
             print(f"{name:>22} {label:>14} {time_us(case, rotated, **kw):7.1f}", flush=True)
