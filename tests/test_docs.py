@@ -8,9 +8,10 @@ import flashdecode.api
 import flashdecode.append
 import flashdecode.cache
 import flashdecode.merge
+import flashdecode.plan
 
 
-MODULES = [flashdecode.api, flashdecode.merge, flashdecode.append, flashdecode.cache]
+MODULES = [flashdecode.api, flashdecode.plan, flashdecode.merge, flashdecode.append, flashdecode.cache]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

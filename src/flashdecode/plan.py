@@ -133,14 +133,12 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     # the planned call's cut, as decode_splitk would plan it (the grid, tile and target of these shapes)
     fused = splitk.merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, sms)
     cfg, saturation, _ = splitk.split_config(head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, fused)
-    block_n = cfg["BLOCK_N"]
-    cut = splitk.chunk_plan(
-        lens, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), block_n,
-        splitk.num_candidates(max_tokens, block_n), window, q_len, saturation,
+    visible = [n - splitk.visible_start(n, window, q_len) for n in lens]
+    chunk = splitk.chunk_size(
+        visible, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), cfg["BLOCK_N"],
+        splitk.num_candidates(max_tokens, cfg["BLOCK_N"]), saturation,
     )  # fmt: skip
-    counts = [0] * batch
-    for seq, start, end in cut:
-        counts[seq] += end > start
+    counts = [-(-n // chunk) for n in visible]
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones
     if len({c for c in counts if c}) > 1 and not common.even_lengths(lens, window, q_len):

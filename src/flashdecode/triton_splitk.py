@@ -48,6 +48,7 @@ blocks), not launched when the merge is fused and the table cannot hold a longer
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 
@@ -76,7 +77,7 @@ from .triton_common import (
 from .triton_single import as_rows, decode_single
 
 __all__ = [
-    "decode_splitk", "split_config", "grid_chunks", "num_candidates", "split_bounds", "chunk_plan",
+    "decode_splitk", "split_config", "grid_chunks", "num_candidates", "split_bounds", "chunk_size", "chunk_plan",
     "splitk_partials_mirror",
 ]  # fmt: skip
 
@@ -752,21 +753,19 @@ def wave_saturation(saturation: int) -> int:
     return WAVE_SATURATION.get(saturation, saturation) if WAVE_SATURATION else 0
 
 
-def chunk_plan(
-    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None
-) -> list[tuple[int, int, int]]:  # fmt: skip
-    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
-    (over each sequence's visible tokens; saturation: the planner's programs per SM, SATURATION_PER_SM unless
-    given)."""
+def chunk_size(
+    visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None
+) -> int:  # fmt: skip
+    """Planned mode: the chunk size ``_chunk_layout`` picks for these visible lengths (``chunk_plan``'s cut)."""
     saturation = SATURATION_PER_SM if saturation is None else saturation
     wave_sat = wave_saturation(saturation)
-    firsts = [visible_start(n, window_left, q_len) for n in seqlens]
-    visible = [n - f for n, f in zip(seqlens, firsts)]
     max_len, total = max(visible, default=0), sum(visible)
+    # each distinct length once, with its multiplicity: a uniform batch is one term
+    lengths = collections.Counter(visible).items()
     best = None
     for k in range(num_cand):
         cand = block_n << k
-        count = sum(max(cdiv(n, cand), 1) for n in visible)
+        count = sum(times * max(cdiv(n, cand), 1) for n, times in lengths)
         per_sm = cdiv(count * num_kv_heads, num_sms)
         mean = cdiv(total, max(count, 1))
         longest = min(cand, max_len) + CHUNK_OVERHEAD_TOKENS
@@ -779,7 +778,18 @@ def chunk_plan(
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
             best = (key, cand)
-    chunk = best[1]
+    return best[1]
+
+
+def chunk_plan(
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None
+) -> list[tuple[int, int, int]]:  # fmt: skip
+    """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
+    (over each sequence's visible tokens; saturation: the planner's programs per SM, SATURATION_PER_SM unless
+    given)."""
+    firsts = [visible_start(n, window_left, q_len) for n in seqlens]
+    visible = [n - f for n, f in zip(seqlens, firsts)]
+    chunk = chunk_size(visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation)
     # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf)
     starts = [range(f, n, chunk) if n > f else [f] for n, f in zip(seqlens, firsts)]
     return [(b, s, min(s + chunk, n)) for b, (n, ss) in enumerate(zip(seqlens, starts)) for s in ss]
