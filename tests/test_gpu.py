@@ -43,6 +43,37 @@ def test_cuda_graph_replay_with_growing_lengths(backend):
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
 
 
+@pytest.mark.parametrize("lens", [[2048] * 8, [4096] * 16, [300, 9000]], ids=["8x2048", "16x4096", "uneven"])
+def test_cuda_graph_with_a_plan_replays_any_lengths(lens):
+    """A plan made from one batch's lengths, captured in a graph, replayed after the lengths changed (grown to the
+    last page, shrunk to one token, ragged): equals eager calls with the same plan and stays within the reference's tolerance; the capture itself
+    syncs nothing (the plan's host read happened before)."""
+    from flashdecode import plan_decode
+
+    c = case(lens, 28, 4, 128, 16, torch.bfloat16, "cuda", seed=11)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    lens_t = c.cache_seqlens.clone()
+    args = (c.q, c.k_cache, c.v_cache, lens_t, c.block_table)
+    out = torch.empty_like(c.q)
+    decode_attention(*args, plan=plan, out=out)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            decode_attention(*args, plan=plan, out=out)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    # each sequence within its own pages: all of them, one token, or alternately all and none
+    own = [-(-n // 16) * 16 for n in lens]
+    for grown in (own, [1] * len(lens), [n if b % 2 == 0 else 0 for b, n in enumerate(own)]):
+        lens_t.copy_(torch.tensor(grown, dtype=torch.int32))
+        graph.replay()
+        assert torch.equal(out, decode_attention(*args, plan=plan)), grown
+        ref_out, _ = reference_of(c.__class__(c.q, c.k_cache, c.v_cache, lens_t, c.block_table))
+        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16), grown
+
+
 def test_fused_merge_is_exact_and_order_free_under_contention():
     """The fused merge (planned mode, B * Hq >= #SMs): each sequence's last chunk program to finish merges. Run on
     a ragged batch with long sequences (many chunk programs racing per counter) after filling the caching
