@@ -126,3 +126,5 @@ def test_plan_errors_name_the_argument(device):
     with pytest.raises(TypeError, match="cache_seqlens must be int32"):
         plan_decode(c.q, c.k_cache, c.cache_seqlens.long(), c.block_table)
     assert isinstance(plan, DecodePlan) and plan.reason
+    with pytest.raises(ValueError, match="num_splits must be None or an int >= 1"):
+        dataclasses.replace(plan, num_splits=0)

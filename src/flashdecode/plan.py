@@ -48,6 +48,14 @@ class DecodePlan:
     reason: str
     shapes: tuple
 
+    def __post_init__(self):
+        ok = self.num_splits is None or (type(self.num_splits) is int and self.num_splits >= 1)
+        if not ok or (self.dual_path and (self.backend, self.num_splits) != ("triton_splitk", None)):
+            raise ValueError(
+                f"DecodePlan: num_splits must be None or an int >= 1 (got {self.num_splits!r}), and a dual-path plan "
+                f"must be triton_splitk without num_splits (got {self.backend!r}, dual_path {self.dual_path})"
+            )
+
     def check(self, shapes: tuple) -> None:
         """Raise ValueError when a call's shapes differ from those the plan was made for."""
         if shapes != self.shapes:
