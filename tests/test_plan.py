@@ -110,6 +110,20 @@ def test_plan_with_a_window_cuts_the_visible_tokens(device, small_gpu):
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32, window_left=39)
 
 
+def test_plan_on_cpu_without_triton_keeps_the_feature_rule(monkeypatch):
+    """Without a GPU or the interpreter the plan is PyTorch's; a call with a feature (softcap) then still goes to
+    the backend that implements it, whatever the plan recorded."""
+    from flashdecode import triton_common
+
+    monkeypatch.setattr(triton_common, "interpreting", lambda: False)
+    c = _case([50, 30], "cpu")
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.backend == "torch_sdpa", plan.reason
+    out = decode_attention(*c.args, plan=plan, softcap=5.0)
+    ref_out, _ = reference_of(c, softcap=5.0)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32, softcap=5.0)
+
+
 def test_plan_errors_name_the_argument(device):
     c = _case([20, 30], device)
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)

@@ -175,10 +175,12 @@ def decode_attention(
         q_in, out_in = (q[:, 0], out[:, 0]) if one else (q, out)
         lse_in = lse[:, 0] if one and lse is not None else lse
         scale = 1.0 / math.sqrt(head_dim) if softmax_scale is None else float(softmax_scale)
-        if plan is None:
+        if plan is not None:
+            plan.check(call_shapes(q_in, k_cache, block_table, features.window_left))
+        # a plan picks among the Triton kernels (each implements every feature); PyTorch's pick needs the features
+        if plan is None or not plan.backend.startswith("triton"):
             name, splits = _choose_backend(backend, num_splits, q_in, k_cache, block_table, features, deterministic)
         else:
-            plan.check(call_shapes(q_in, k_cache, block_table, features.window_left))
             name, splits = plan.backend, (DUAL_PATH if plan.dual_path else plan.num_splits)
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
