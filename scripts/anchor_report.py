@@ -15,7 +15,7 @@ import math
 import sys
 
 sys.path.insert(0, "src")
-from flashdecode.bench import compare  # noqa: E402
+from flashdecode.bench import FLASHDECODE_BACKENDS, PLANNED, compare  # noqa: E402
 
 # ../shared/PERF.md (H200, 2026-11-22): the best time any peer reached on each anchor row, graph µs
 PERF_PEER_US = {
@@ -37,7 +37,7 @@ def load(path):
 
 
 # backends of flashdecode itself: every other backend in a results file is a peer
-OWN = ("auto", "auto_plan", "triton", "triton_splitk", "triton_tma", "torch_sdpa", "torch_naive", "reference")
+OWN = FLASHDECODE_BACKENDS + (PLANNED, "reference")
 SHORT = {"flashinfer": "FI", "flashinfer_tc": "FI TC", "sglang_triton": "SGLang", "vllm_triton": "vLLM",
          "flash_attn": "FA", "torch_compile": "compile", "flex_attention": "flex"}  # fmt: skip
 

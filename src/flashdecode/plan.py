@@ -125,6 +125,8 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         return DecodePlan("triton", 1, False, "an empty batch launches nothing", shapes)
     common, _, splitk = api._kernels()
     lens = [int(n) for n in cache_seqlens.tolist()]
+    # each sequence's visible tokens (after the window): what the device's test and cut read
+    visible = [n - splitk.visible_start(n, window, features.q_len) for n in lens]
     batch, num_kv_heads, page_size = q_in.shape[0], k_view.shape[2], k_view.shape[1]
     q_len, num_q_heads, head_dim = features.q_len, q_in.shape[-2], q_in.shape[-1]
     group, sms, kv_itemsize = num_q_heads // num_kv_heads, api._num_sms(q.device), k_view.element_size()
@@ -134,14 +136,13 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         tail = splitk.single_pass_tail(
             batch, head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, sms, max_tokens
         )  # fmt: skip
-        if common.even_lengths(lens, window, q_len, tail[1] if tail else 0):
+        if common.even_lengths(visible, None, q_len, tail[1] if tail else 0):
             return DecodePlan("triton", 1, False, "even lengths: the single pass, as the dual path would", shapes)
         if tail is not None:
             return DecodePlan(name, None, True, "a single-pass tail: the dual path decides on the device", shapes)
     # the planned call's cut, as decode_splitk would plan it (the grid, tile and target of these shapes)
     fused = splitk.merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, sms)
     cfg, saturation, _ = splitk.split_config(head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, fused)
-    visible = [n - splitk.visible_start(n, window, q_len) for n in lens]
     chunk = splitk.chunk_size(
         visible, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), cfg["BLOCK_N"],
         splitk.num_candidates(max_tokens, cfg["BLOCK_N"]), saturation,
@@ -149,7 +150,7 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     counts = [-(-n // chunk) for n in visible]
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones
-    if len({c for c in counts if c}) > 1 and not common.even_lengths(lens, window, q_len):
+    if len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len):
         return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes)
     k = max(counts)
     if k <= 1:
