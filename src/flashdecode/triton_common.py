@@ -484,23 +484,14 @@ def attend_range(
 
 
 @triton.jit
-def group_rows(
-    head_block, kv_head, GROUP: tl.constexpr, Q_LEN: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_ROWS: tl.constexpr = 0
-):  # fmt: skip
+def group_rows(head_block, kv_head, GROUP: tl.constexpr, Q_LEN: tl.constexpr, BLOCK_H: tl.constexpr):
     """The query rows of one program: (token [BLOCK_H], query head [BLOCK_H], row mask [BLOCK_H]). Row r of the
     KV head's Q_LEN x GROUP rows is token r // GROUP, head kv_head * GROUP + r % GROUP (a token's heads are
-    contiguous in q). HEAD_ROWS > 0: each head block takes that many rows (< BLOCK_H, the tile's padded height),
-    so more programs share a KV head; 0: BLOCK_H rows."""
-    offs_h = tl.arange(0, BLOCK_H)
-    if HEAD_ROWS:
-        offs_r = head_block * HEAD_ROWS + offs_h
-        mine = (offs_h < HEAD_ROWS) & (offs_r < Q_LEN * GROUP)
-    else:
-        offs_r = head_block * BLOCK_H + offs_h
-        mine = offs_r < Q_LEN * GROUP
+    contiguous in q)."""
+    offs_r = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
     if Q_LEN == 1:
-        return offs_r * 0, kv_head * GROUP + offs_r, mine
-    return offs_r // GROUP, kv_head * GROUP + offs_r % GROUP, mine
+        return offs_r * 0, kv_head * GROUP + offs_r, offs_r < GROUP
+    return offs_r // GROUP, kv_head * GROUP + offs_r % GROUP, offs_r < Q_LEN * GROUP
 
 
 @triton.jit
@@ -531,14 +522,14 @@ def attend_group(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False, HEAD_ROWS: tl.constexpr = 0,
+    KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False,
 ):  # fmt: skip
     """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
     over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
     for an empty range. BLOCK_ROW: the sequence's block-table row. fp8: k_scale joins the score scale, v_scale the
     output (out = v_scale * acc / l)."""
     offs_d = tl.arange(0, BLOCK_D)
-    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H, HEAD_ROWS)
+    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
     q = load_q_rows(Q + seq * stride_qb, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM)
     if KV_FP8:
         if SCALE_PTR:
@@ -576,12 +567,12 @@ def attend_group(
 def store_group(
     OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, HEAD_ROWS: tl.constexpr = 0,
+    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
     """Write a head block's final rows: out [BLOCK_H, BLOCK_D] in OUT's dtype (padding rows and columns masked), and
     the LSE into the contiguous [B, Q_LEN, Hq] fp32 buffer. A final result is where the sinks join (``add_sink``)."""
     offs_d = tl.arange(0, BLOCK_D)
-    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H, HEAD_ROWS)
+    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
     if HAS_SINKS:
         out, lse = add_sink(out, lse, tl.load(SINKS + row_head, mask=mask_h, other=0.0))
     heads = row_head.to(tl.int64)

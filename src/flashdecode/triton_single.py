@@ -91,7 +91,6 @@ def _decode_single_kernel(
     EVEN_B: tl.constexpr = 0,
     USE_PDL: tl.constexpr = False,
     LONG_MEAN: tl.constexpr = 0,
-    HEAD_ROWS: tl.constexpr = 0,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -113,11 +112,11 @@ def _decode_single_kernel(
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, HEAD_ROWS,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES,
     )  # fmt: skip
     store_group(
         OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
-        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, HEAD_ROWS,
+        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
 
 
@@ -169,7 +168,7 @@ def decode_single(
         cfg.update(PREFETCH_ONE_WAVE_TILE)
     if config:
         cfg.update(config)
-        head_blocks = cdiv(q_len * group, cfg.get("HEAD_ROWS") or cfg["BLOCK_H"])
+        head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     # the kernel reads q and out as [B, q_len, Hq, D] (as_rows) through these strides; no view is built
     stride_qb, stride_qt, stride_qh = row_strides(q)
     stride_ob, stride_ot, stride_oh = row_strides(out)
