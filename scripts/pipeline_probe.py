@@ -8,6 +8,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py fp8    # tiles for an fp8 cache (e4m3 / e5m2), against the bf16 default
     python scripts/pipeline_probe.py mha    # MHA rows (12/12, 32/32) with the page ids prefetched, against the default
     python scripts/pipeline_probe.py fp8reg # fp8 tiles under a register cap (maxnreg)
+    python scripts/pipeline_probe.py occ    # head dim 256 and MHA tiles with more programs per SM (4 warps, a cap)
 """
 
 import itertools
@@ -87,6 +88,19 @@ MHA_ROWS = [
     (Row([65536], 12, 12), "split", MHA_P), (Row([32768], 32, 32), "split", MHA_P),
 ]  # fmt: skip
 
+# FlashInfer's kernels hold 2 (head dim 256, tensor cores: 4 warps, 74 KB, 248 registers) and 5-6 (MHA: 4 warps,
+# 37 KB, 72 registers) programs per SM, where ours hold 1 (8 warps, 141 KB) and 3 (73 KB, 144 registers); ncu at
+# e0de952 (sweeps/ncu-e0de952-*.txt). Tiles of their shape, and ours under a register cap
+OCC_D256 = [None, (64, 4, 2, False), (64, 4, 2, True), (64, 4, 3, True), (32, 4, 2, False), (64, 8, 2, True),
+            (64, 4, 2, False, 255)]  # fmt: skip
+OCC_MHA = [None, (64, 4, 2, False, 96), (64, 4, 2, False, 128), (128, 4, 2, False, 128), (64, 8, 2, False),
+           (32, 4, 2, False, 96)]  # fmt: skip
+OCC_ROWS = [
+    (Row([4096] * 64, 32, 8, head_dim=256), "single", OCC_D256), (Row([8192], 32, 8, head_dim=256), "split", OCC_D256),
+    (Row([1024] * 64, 12, 12), "single", OCC_MHA), (Row([16384] * 4, 12, 12), "split", OCC_MHA),
+    (Row([32768], 32, 32), "split", OCC_MHA),
+]  # fmt: skip
+
 
 def main():
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
@@ -94,7 +108,8 @@ def main():
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
-    rows = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS}.get(tag.split("-")[0], ROWS)
+    probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS}
+    rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
     print(f"flashdecode from {os.path.dirname(flashdecode.__file__)}", flush=True)
