@@ -421,7 +421,7 @@ def merge_if_last(
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
-    UNROLL: tl.constexpr,
+    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0,
 ):  # fmt: skip
     """The fused combine (planned mode): after a chunk program has stored its partial rows, the last of its
     sequence's chunk programs (for this KV head and head block) to arrive merges all of them into OUT / LSE, if the
@@ -430,7 +430,12 @@ def merge_if_last(
     planner zeroed (``slot``: sequence * Hkv * head blocks + KV head * head blocks + head block); the program that finds
     count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL chunks
     per step (the result does not depend on the arrival order)."""
-    first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
+    if NUM_SPLITS > 0:
+        # fixed mode: chunk ids are sequence-major
+        first = seq * NUM_SPLITS
+        count = NUM_SPLITS
+    else:
+        first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
     if count <= FUSED_MAX:
         tl.debug_barrier()
         arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
@@ -467,6 +472,9 @@ def merge_if_last(
                 OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
                 GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
             )  # fmt: skip
+            if NUM_SPLITS > 0:
+                # fixed mode has no planner to zero the counters: every arrival is in, so reset it for the next call
+                tl.store(COUNTERS + slot, 0)
 
 
 @triton.jit
@@ -597,7 +605,7 @@ def _partial_kernel(
             O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq * num_head_ids + head_id, seq, kv_head, head_block,
             batch, max_chunks,
             stride_ob, stride_ot, stride_oh, num_q_heads,
-            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL,
+            GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL, NUM_SPLITS,
         )  # fmt: skip
 
 
@@ -974,7 +982,7 @@ def launch_combine(
 
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
-    config=None, return_partials=False, features=None, split_tokens=None, dual_path=False,
+    config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, counters=None,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -990,6 +998,10 @@ def decode_splitk(
         return_partials: also return the fp32 partial outputs [chunks, q_len * Hq, BLOCK_D] and LSEs
             [chunks, q_len * Hq], row = token * Hq + head (tests; in the planned mode, single-chunk sequences go
             straight to ``out`` and leave their rows unset). Partials hold no sink (it joins in the combine).
+        counters: fixed mode with at most FUSED_MAX_CHUNKS splits: a zeroed int32 tensor of at least B * Hkv * head
+            blocks elements, kept zero by the calls. The last split program of each (sequence, KV head, head block)
+            then merges the splits (``merge_if_last``) and resets its counter: no combine launch. The calls that
+            share it must run one after another (one stream).
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -1039,7 +1051,12 @@ def decode_splitk(
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
-    counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
+    fused_fixed = bool(fixed) and counters is not None and 1 < fixed <= FUSED_MAX_CHUNKS and not split_tokens
+    if fused_fixed:
+        assert counters.dtype == torch.int32 and counters.numel() >= batch * num_kv_heads * head_blocks, "counters"
+        combine = False
+    else:
+        counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
@@ -1076,7 +1093,7 @@ def decode_splitk(
         stride_ob=out4.stride(0), stride_ot=out4.stride(1), stride_oh=out4.stride(2),
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
-        USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused else 0, MERGE_UNROLL=MERGE_UNROLL,
+        USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean,
