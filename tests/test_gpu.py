@@ -43,7 +43,9 @@ def test_cuda_graph_replay_with_growing_lengths(backend):
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
 
 
-@pytest.mark.parametrize("lens", [[2048] * 8, [4096] * 16, [300, 9000]], ids=["8x2048", "16x4096", "uneven"])
+@pytest.mark.parametrize(
+    "lens", [[2048] * 8, [4096] * 16, [300, 9000], [1024] * 24], ids=["8x2048", "16x4096", "uneven", "merged-fixed"]
+)
 def test_cuda_graph_with_a_plan_replays_any_lengths(lens):
     """A plan made from one batch's lengths, captured in a graph, replayed after the lengths changed (grown to the
     last page, shrunk to one token, ragged): equals eager calls with the same plan and stays within the reference's tolerance; the capture itself
@@ -72,6 +74,22 @@ def test_cuda_graph_with_a_plan_replays_any_lengths(lens):
         assert torch.equal(out, decode_attention(*args, plan=plan)), grown
         ref_out, _ = reference_of(c.__class__(c.q, c.k_cache, c.v_cache, lens_t, c.block_table))
         assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16), grown
+
+
+def test_fixed_splits_merged_in_the_last_program_under_contention():
+    """A plan of few fixed splits over many (sequence, row) pairs merges in the last split program, with counters the
+    plan owns and every call leaves at zero: 200 calls in a row all match the first, bit for bit, and the reference."""
+    from flashdecode import plan_decode
+
+    c = case([1024] * 24, 28, 4, 128, 16, torch.bfloat16, "cuda", seed=72)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.counters is not None, plan.reason
+    ref, _ = reference_of(c)
+    first = decode_attention(*c.args, plan=plan)
+    assert max_err(first, ref) <= output_tolerance(c, ref, torch.bfloat16)
+    for _ in range(200):
+        assert torch.equal(decode_attention(*c.args, plan=plan), first)
+    assert int(plan.counters.abs().sum()) == 0
 
 
 def test_fused_merge_is_exact_and_order_free_under_contention():

@@ -42,6 +42,18 @@ def small_gpu(monkeypatch):
     monkeypatch.setattr(api, "_num_sms", lambda dev: SMS)
 
 
+def _forced(c, plan):
+    """(out, lse) of the plan's path run without the plan: its backend and num_splits, and for fixed splits merged in
+    the last split program, decode_splitk with counters of its own."""
+    if plan.counters is None:
+        forced = dict(num_splits=None) if plan.num_splits is None else dict(num_splits=plan.num_splits)
+        return decode_attention(*c.args, backend=plan.backend, out=_nan_out(c), return_lse=True, **forced)
+    out, lse = _nan_out(c), torch.full(c.q.shape[:-1], float("nan"), device=c.q.device)
+    counters = torch.zeros_like(plan.counters)
+    scale = c.q.shape[-1] ** -0.5
+    return decode_splitk(*c.args, scale, out, lse, num_splits=plan.num_splits, num_sms=SMS, counters=counters)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_plan_picks_and_runs_that_path(name, device, small_gpu):
     """The plan's choice for each kind of batch, the call with the plan bit-identical to that path forced, and both
@@ -51,8 +63,7 @@ def test_plan_picks_and_runs_that_path(name, device, small_gpu):
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     assert (plan.backend, plan.num_splits is None, plan.dual_path) == (backend, planned, dual), plan.reason
     out, lse = decode_attention(*c.args, plan=plan, out=_nan_out(c), return_lse=True)
-    forced = dict(num_splits=None) if planned else dict(num_splits=plan.num_splits)
-    alone = decode_attention(*c.args, backend=plan.backend, out=_nan_out(c), return_lse=True, **forced)
+    alone = _forced(c, plan)
     assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
     ref_out, ref_lse = reference_of(c)
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
@@ -93,11 +104,30 @@ def test_recorded_launches_follow_the_plan(device, small_gpu):
     """The cached launcher keys on the plan: two plans on the same tensors each run their own path."""
     c = _case([200, 200], device)
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
-    other = dataclasses.replace(plan, num_splits=2)
+    # the same tensors, fixed splits again, but 2 of them merged by the combine launch
+    other = dataclasses.replace(plan, num_splits=2, counters=None)
     for p in (plan, other, plan, other):
         out = decode_attention(*c.args, plan=p, out=_nan_out(c))
-        alone = decode_attention(*c.args, backend="triton_splitk", num_splits=p.num_splits, out=_nan_out(c))
-        assert torch.equal(out, alone)
+        assert torch.equal(out, _forced(c, p)[0])
+
+
+def test_fixed_splits_merged_in_the_last_program(device, small_gpu):
+    """Few fixed splits and many (sequence, row) pairs: the plan holds zeroed counters and the last split program of
+    each sequence and head merges (no combine launch). The counters are back at zero after every call (recorded,
+    replayed, stale lengths with an empty sequence), which the next call needs: a merger that left its counter set
+    would leave NaN rows in the next call's output."""
+    c = _case([200, 200], device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert 1 < plan.num_splits <= 8 and plan.counters is not None and "merged" in plan.reason, plan.reason
+    ragged = _case([0, 330], device, seed=4, extra_table_columns=12)
+    for x in (c, c, c, ragged, c):
+        out, lse = decode_attention(*x.args, plan=plan, out=_nan_out(x), return_lse=True)
+        assert int(plan.counters.abs().sum()) == 0
+        ref_out, ref_lse = reference_of(x)
+        assert max_err(out, ref_out) <= output_tolerance(x, ref_out, torch.float32)
+        assert lse_err(lse, ref_lse) <= lse_tolerance(x, ref_lse)
+    combined = decode_attention(*c.args, plan=dataclasses.replace(plan, counters=None), return_lse=True)
+    assert max_err(out, combined[0]) <= 1e-6 and lse_err(lse, combined[1]) <= 1e-6
 
 
 def test_plan_with_a_window_cuts_the_visible_tokens(device, small_gpu):
@@ -142,3 +172,7 @@ def test_plan_errors_name_the_argument(device):
     assert isinstance(plan, DecodePlan) and plan.reason
     with pytest.raises(ValueError, match="num_splits must be None or an int >= 1"):
         dataclasses.replace(plan, num_splits=0)
+    counters = torch.zeros(2 * 8, dtype=torch.int32, device=device)
+    for bad in (dict(counters=counters.long()), dict(counters=counters[:3]), dict(num_splits=1, counters=counters)):
+        with pytest.raises(ValueError, match="counters must be an int32 tensor of at least B"):
+            dataclasses.replace(plan, backend="triton_splitk", **dict(dict(num_splits=2), **bad))

@@ -161,7 +161,9 @@ def decode_attention(
         # the cached launcher (launcher.py) replays calls whose metadata passed the checks; the features' tensors
         # are inputs like q (new addresses each call), their other fields part of the key
         feature_fields, feature_tensors = features.launch_key_parts
-        inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse) + feature_tensors
+        # a plan's merge counters are an input too: the replay finds them by address (the key holds the plan)
+        counters = plan.counters if plan is not None else None
+        inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse) + feature_tensors + (counters,)
         key = None
         if meta is not None and not checked and launcher.ENABLED:
             device = torch.cuda.current_device() if q.is_cuda else None
@@ -178,10 +180,13 @@ def decode_attention(
         if plan is not None:
             plan.check(call_shapes(q_in, k_cache, block_table, features.window_left))
         # a plan picks among the Triton kernels (each implements every feature); PyTorch's pick needs the features
+        merge = {}
         if plan is None or not plan.backend.startswith("triton"):
             name, splits = _choose_backend(backend, num_splits, q_in, k_cache, block_table, features, deterministic)
         else:
             name, splits = plan.backend, (DUAL_PATH if plan.dual_path else plan.num_splits)
+            if counters is not None:
+                merge = {"counters": counters}
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -189,7 +194,7 @@ def decode_attention(
         # only the backends whose every launch and workspace goes through launcher.launch / workspace are recorded
         with launcher.recording(key if name in _REPLAYABLE else None, inputs):
             _BACKEND_FNS[name](
-                q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits
+                q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits, **merge
             )  # fmt: skip
     return (out, lse) if return_lse else out
 
@@ -282,7 +287,9 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
     )  # fmt: skip
 
 
-def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
+def _run_triton_splitk(
+    q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits, counters=None
+):  # fmt: skip
     splitk = _kernels()[2]
     split_tokens = None
     dual_path = num_splits is DUAL_PATH
@@ -295,7 +302,7 @@ def _run_triton_splitk(q, k_cache, v_cache, cache_seqlens, block_table, scale, o
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
         num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
-        dual_path=dual_path,
+        dual_path=dual_path, counters=counters,
     )  # fmt: skip
 
 

@@ -13,12 +13,16 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
 * a planned call (or the planned side of a dual-path call without a tail gate) of even lengths, or whose cut gives
   every non-empty sequence the same number of chunks: fixed splits, ``num_splits=k`` with k the most chunks the cut
   gives a sequence (for a uniform batch the same cut; each sequence's tiles dealt evenly to its k splits, without
-  the cut computed in place or a planner launch); k = 1: the single pass;
+  the cut computed in place or a planner launch); k = 1: the single pass. With few splits and many (sequence, row)
+  pairs (``triton_splitk.merge_fixed_in_partial``) the plan also holds zeroed counters, and the last split program
+  of each sequence and head merges the splits (no combine launch);
 * anything else (uneven batches, the tail split): ``auto``'s own device-planned call.
 
 Every choice is correct for any lengths (the single pass and fixed splits read the lengths on the device too), so
 a plan used after the lengths changed, or replayed in a CUDA graph captured with it, still gives the right output,
-only perhaps more slowly. Make a new plan when the lengths change much (each step, or every few steps).
+only perhaps more slowly. Make a new plan when the lengths change much (each step, or every few steps). A plan with
+counters is device state, like FlashInfer's workspace: its calls must run one after another (one stream, as the
+layers of a step do), and a CUDA graph captured with it needs the plan kept alive while it replays.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ class DecodePlan:
         dual_path: a dual-path call (the device still decides between the single pass and the planned kernels).
         reason: why, in words.
         shapes: the call shapes the plan is for (checked by ``decode_attention``).
+        counters: None, or for fixed splits merged in the last split program a zeroed int32 tensor of B * q_len * Hq
+            elements on the call's device, which the calls leave at zero.
     """
 
     backend: str
@@ -47,6 +53,7 @@ class DecodePlan:
     dual_path: bool
     reason: str
     shapes: tuple
+    counters: torch.Tensor | None = None
 
     def __post_init__(self):
         ok = self.num_splits is None or (type(self.num_splits) is int and self.num_splits >= 1)
@@ -55,6 +62,16 @@ class DecodePlan:
                 f"DecodePlan: num_splits must be None or an int >= 1 (got {self.num_splits!r}), and a dual-path plan "
                 f"must be triton_splitk without num_splits (got {self.backend!r}, dual_path {self.dual_path})"
             )
+        if self.counters is not None:
+            shapes = _describe(self.shapes)
+            rows = shapes["batch"] * shapes["q_len"] * shapes["num_q_heads"]
+            fits = isinstance(self.counters, torch.Tensor) and self.counters.dtype == torch.int32
+            fits = fits and self.counters.numel() >= rows and self.counters.device == shapes["device"]
+            if not fits or self.backend != "triton_splitk" or not (self.num_splits or 0) > 1:
+                raise ValueError(
+                    "DecodePlan: counters must be an int32 tensor of at least B * q_len * Hq elements on the call's "
+                    f"device, for fixed splits of triton_splitk (got {self.backend!r}, num_splits {self.num_splits})"
+                )
 
     def check(self, shapes: tuple) -> None:
         """Raise ValueError when a call's shapes differ from those the plan was made for."""
@@ -155,4 +172,9 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     k = max(counts)
     if k <= 1:
         return DecodePlan("triton", 1, False, "one chunk a sequence: the single pass", shapes)
-    return DecodePlan(name, k, False, f"up to {k} chunks a sequence: {k} fixed splits", shapes)
+    reason = f"up to {k} chunks a sequence: {k} fixed splits"
+    if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, k, sms):
+        # the last split program of each (sequence, KV head, head block) merges them and zeroes its counter again
+        counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
+        return DecodePlan(name, k, False, reason + ", merged in the last split program", shapes, counters)
+    return DecodePlan(name, k, False, reason, shapes)

@@ -138,6 +138,12 @@ FUSED_MAX_CHUNKS = 64
 # 16 x 4096 12/2 28.1 -> 26.9 us, 8 x 2048 28/4 20.5 -> 18.8, 12 x 2048 12/2 23.1 -> 18.4, 5 x 8192 28/4
 # 40.6 -> 35.6; but 16 x 1024 32/8 (4 chunks each) 26.6 -> 31.3
 FUSED_EXPECTED_CHUNKS = 8
+# fixed splits (plan_decode's, with the plan's counters: decode_splitk(counters=...)) merge in the last split program
+# too when a sequence has at most this many splits and B * q_len * Hq >= #SMs. H200 (scripts/fused_fixed_probe.py at
+# 771d819, fixed + combine launch -> merged in the last program, same S): 64 x 1024 12/2 S 4 24.7 -> 23.1 us,
+# 24 x 1024 28/4 S 4 20.0 -> 18.4, 16 x 4096 12/12 S 2 98.7 -> 97.7; but 8 x 2048 28/4 S 8 14.4 -> 14.7, and with more
+# splits or fewer pairs the serial merge loses (1 x 2048 28/4 S 64 7.1 -> 15.7, 1 x 65536 12/12 S 32 97.4 -> 100.4)
+FIXED_MERGE_MAX_SPLITS = 8
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
@@ -923,6 +929,13 @@ def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int
     ~0.27 us per step of MERGE_UNROLL chunks (docs/design.md)."""
     pairs = batch * q_len * num_q_heads >= num_sms
     return FUSED_COMBINE and pairs and SATURATION_PER_SM * num_sms <= FUSED_EXPECTED_CHUNKS * batch * num_kv_heads
+
+
+def merge_fixed_in_partial(batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int) -> bool:
+    """Whether fixed splits should merge in the last split program (``decode_splitk(counters=...)``) rather than in
+    a combine launch: few splits a sequence (FIXED_MERGE_MAX_SPLITS) and (sequence, row) pairs for every SM."""
+    few = 1 < num_splits <= FIXED_MERGE_MAX_SPLITS
+    return FUSED_COMBINE and few and batch * q_len * num_q_heads >= num_sms
 
 
 def inline_block_b(batch: int) -> int:
