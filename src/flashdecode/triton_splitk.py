@@ -429,13 +429,14 @@ def merge_if_last(
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
     UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0,
 ):  # fmt: skip
-    """The fused combine (planned mode): after a chunk program has stored its partial rows, the last of its
-    sequence's chunk programs (for this KV head and head block) to arrive merges all of them into OUT / LSE, if the
-    sequence has at most FUSED_MAX chunks (longer ones are left to _combine_kernel). Publishing: every thread's
-    stores, a CTA barrier, then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter the
-    planner zeroed (``slot``: sequence * Hkv * head blocks + KV head * head blocks + head block); the program that finds
-    count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL chunks
-    per step (the result does not depend on the arrival order)."""
+    """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
+    program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
+    to arrive merges all of them into OUT / LSE, if the sequence has at most FUSED_MAX chunks (longer ones are left to
+    _combine_kernel). Publishing: every thread's stores, a CTA barrier, then one acq_rel atomic increment at GPU scope
+    of the (sequence, head block) counter (``slot``: sequence * Hkv * head blocks + KV head * head blocks + head
+    block), which the planner zeroed (planned mode) or the previous call's merger reset (fixed mode); the program that
+    finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
+    chunks per step (the result does not depend on the arrival order)."""
     if NUM_SPLITS > 0:
         # fixed mode: chunk ids are sequence-major
         first = seq * NUM_SPLITS
