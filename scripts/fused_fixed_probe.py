@@ -14,10 +14,8 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import plan_decode
-from flashdecode.bench import _l2_bytes, rotation_copies
-from flashdecode.cases import random_paged_case
+from flashdecode.bench import probe_case
 from flashdecode.check import max_err
-from flashdecode.reference import reference_dense
 from flashdecode.triton_splitk import FUSED_MAX_CHUNKS, decode_splitk
 
 # (lengths, Hq, Hkv)
@@ -31,9 +29,7 @@ ROWS = [
 def main():
     print(f"{'row':>16} {'variant':>12} {'µs':>7}")
     for lens, hq, hkv in ROWS:
-        case = random_paged_case(lens, hq, hkv, 128, 16, torch.bfloat16, "cuda", spare_pages=0, seed=0)
-        ref, _ = reference_dense(*case.args, device="cuda")
-        rotated = rotation_copies(case, _l2_bytes("cuda"))
+        case, ref, rotated = probe_case(lens, hq, hkv)
         plan = plan_decode(case.q, case.k_cache, case.cache_seqlens, case.block_table)
         name = f"{len(lens)}x{lens[0]} {hq}/{hkv}"
         if not plan.num_splits or plan.num_splits == 1:

@@ -7,14 +7,11 @@ reproduced by FlashInfer with tensor cores at 13.9 µs warm, 18.1 rotated: ancho
 
 import itertools
 
-import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher
-from flashdecode.bench import _l2_bytes, rotation_copies
-from flashdecode.cases import random_paged_case
+from flashdecode.bench import probe_case
 from flashdecode.check import max_err
-from flashdecode.reference import reference_dense
 
 ROWS = [([2048] * 8, 28, 4), ([2048], 28, 4), ([1024] * 64, 12, 2)]
 VARIANTS = [("auto", {}), ("fixed S=4", {"num_splits": 4}), ("fixed S=8", {"num_splits": 8}),
@@ -24,9 +21,7 @@ VARIANTS = [("auto", {}), ("fixed S=4", {"num_splits": 4}), ("fixed S=8", {"num_
 def main():
     print(f"{'row':>14} {'variant':>11} {'warm µs':>8} {'rotated µs':>10}")
     for lens, hq, hkv in ROWS:
-        case = random_paged_case(lens, hq, hkv, 128, 16, torch.bfloat16, "cuda", spare_pages=0, seed=0)
-        ref, _ = reference_dense(*case.args, device="cuda")
-        rotated = rotation_copies(case, _l2_bytes("cuda"))
+        case, ref, rotated = probe_case(lens, hq, hkv)
         for label, kw in VARIANTS:
             launcher.clear()
             assert max_err(decode_attention(*case.args, **kw), ref) < 2e-2, (lens, label)

@@ -13,10 +13,8 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import api, decode_attention, launcher, plan_decode
-from flashdecode.bench import _l2_bytes, rotation_copies
-from flashdecode.cases import random_paged_case
+from flashdecode.bench import probe_case
 from flashdecode.check import max_err
-from flashdecode.reference import reference_dense
 
 # (lengths, Hq, Hkv, head dim)
 ROWS = [
@@ -41,9 +39,7 @@ def main():
     sms = api._num_sms(torch.device("cuda"))
     print(f"{'row':>22} {'variant':>14} {'µs':>7}")
     for lens, hq, hkv, d in rows:
-        case = random_paged_case(lens, hq, hkv, d, 16, torch.bfloat16, "cuda", spare_pages=0, seed=0)
-        ref, _ = reference_dense(*case.args, device="cuda")
-        rotated = rotation_copies(case, _l2_bytes("cuda"))
+        case, ref, rotated = probe_case(lens, hq, hkv, d)
         plan = plan_decode(case.q, case.k_cache, case.cache_seqlens, case.block_table)
         variants = [("auto", {}), (f"plan S={plan.num_splits}", {"plan": plan})]
         variants += [(f"S={s}", {"num_splits": s}) for s in (1, 2, 4, 8, 16, 32, 64, 128, 256)

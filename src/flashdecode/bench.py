@@ -247,6 +247,20 @@ def rotation_copies(case, l2_bytes: int, max_copies: int = 32):
     return copies
 
 
+def probe_case(seqlens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128):
+    """The GPU probe scripts' row: (a bf16 case with 16-token pages, no spare pages and seed 0; its float64
+    reference output; ``rotation_copies`` of it for this GPU's L2)."""
+    import torch
+
+    from .cases import random_paged_case
+    from .reference import reference_dense
+
+    case = random_paged_case(seqlens, num_q_heads, num_kv_heads, head_dim, 16, torch.bfloat16, "cuda", spare_pages=0,
+                             seed=0)  # fmt: skip
+    ref, _ = reference_dense(*case.args, device="cuda")
+    return case, ref, rotation_copies(case, _l2_bytes("cuda"))
+
+
 def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
     """(graph µs, eager µs, note): medians of CUDA-graph replays and of eager calls, cycling through the copies.
 
