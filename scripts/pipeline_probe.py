@@ -9,6 +9,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py mha    # MHA rows (12/12, 32/32) with the page ids prefetched, against the default
     python scripts/pipeline_probe.py fp8reg # fp8 tiles under a register cap (maxnreg)
     python scripts/pipeline_probe.py occ    # head dim 256 and MHA tiles with more programs per SM (4 warps, a cap)
+    python scripts/pipeline_probe.py addr   # grouped tiles of the leaner address code: waves of programs per SM
 """
 
 import itertools
@@ -101,6 +102,19 @@ OCC_ROWS = [
     (Row([32768], 32, 32), "split", OCC_MHA),
 ]  # fmt: skip
 
+# the grouped tiles after the leaner address code (unsigned page / row arithmetic, 32-bit offsets): the single pass's
+# 32-token tile fell from 112 to 86 registers (sm_90 compile), 4 -> 5 programs per SM, and the 1024-program rows
+# (1.94 waves of 4, 1.55 of 5) got slower; a 4th stage takes the shared memory of a 5th program back. The split rows:
+# the fused merge's 64-token tile (110 -> 90 registers)
+ADDR_GQA = [None, (32, 4, 4, True), (64, 4, 3, True), (32, 4, 3, False), (64, 4, 3, False)]
+ADDR_ROWS = [
+    (Row([8192] * 128, 32, 8), "single", ADDR_GQA), (Row([4096] * 128, 32, 8), "single", ADDR_GQA),
+    (Row([4096] * 64, 32, 8), "single", ADDR_GQA), (Row([2048] * 256, 32, 8), "single", ADDR_GQA),
+    (Row([4096] * 80, 32, 8), "single", ADDR_GQA), (Row([128] * 8, 28, 4), "single", ADDR_GQA),
+    (Row([131072] + [1024] * 63, 32, 8), "split", ADDR_GQA), (Row([3064] * 64, 32, 8), "split", ADDR_GQA),
+    (Row([2048] * 8, 28, 4), "split", ADDR_GQA),
+]  # fmt: skip
+
 
 def main():
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
@@ -108,7 +122,7 @@ def main():
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
-    probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS}
+    probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS, "addr": ADDR_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")

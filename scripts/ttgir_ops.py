@@ -23,7 +23,7 @@ from flashdecode import triton_single, triton_splitk  # noqa: E402
 CONSTS = dict(
     GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
     WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False, Q_LEN=1,
-    KV_FP8=False, SCALE_PTR=False,
+    KV_FP8=False, SCALE_PTR=False, OFFS_I32=True,
 )  # fmt: skip
 POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", O_PART="*fp32", LSE_PART="*fp32")
 FLOATS = ("qk_scale", "softcap", "K_SCALE", "V_SCALE")

@@ -143,6 +143,56 @@ def test_both_product_paths(use_dot, group, device):
         assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
 
 
+def test_32_and_64_bit_cache_offsets(device, monkeypatch):
+    """attend_range's two address paths (OFFS_I32: 32-bit page * stride + row * stride when the host finds that
+    every offset fits, else 64-bit) give bit-identical outputs, single pass and split-K, on a ragged batch whose
+    table is shuffled and whose page size is not a power of two (unsigned // and % by 12)."""
+    from flashdecode import triton_single, triton_splitk
+
+    c = case([0, 1, 13, 100, 161], 8, 2, 64, 12, torch.bfloat16, device, seed=14)
+    ref_out, _ = reference_of(c)
+    outs = []
+    for fits in (True, False):
+        for module in (triton_single, triton_splitk):
+            monkeypatch.setattr(module, "cache_offsets_fit_int32", lambda *caches, fits=fits: fits)
+        for run in (triton_single.decode_single, lambda *a, **k: triton_splitk.decode_splitk(*a, num_sms=8, **k)):
+            out = torch.full_like(c.q, float("nan"))
+            run(*c.args, 64**-0.5, out, None)
+            assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+            outs.append(out)
+    assert torch.equal(outs[0], outs[2]) and torch.equal(outs[1], outs[3])
+
+
+def test_cache_offsets_fit_int32():
+    """The 32-bit address path only for caches whose largest page * stride + row * stride + column is < 2**31
+    elements (meta tensors: no memory), whatever the layout's strides."""
+    from flashdecode.triton_common import cache_offsets_fit_int32
+
+    def cache(num_pages, page_size=16, hkv=8, d=128):
+        return torch.empty(num_pages, page_size, hkv, d, device="meta")
+
+    # 2**31 elements are 2**17 pages of 16 x 8 x 128
+    assert cache_offsets_fit_int32(cache(2**17 - 1), cache(1000))
+    assert not cache_offsets_fit_int32(cache(2**17 + 1)) and not cache_offsets_fit_int32(cache(10), cache(2**17 + 1))
+    # HND: [num_pages, Hkv, page, D] viewed as NHD (the kernels' view); the row stride is D, the page stride the same
+    hnd = torch.empty(2**17 + 1, 8, 16, 128, device="meta").permute(0, 2, 1, 3)
+    assert not cache_offsets_fit_int32(hnd) and cache_offsets_fit_int32(hnd[: 2**17 - 1])
+
+
+def test_single_pass_long_grid_tile():
+    """The GQA single pass takes PREFETCH_TILE up to one wave of PREFETCH_TILE_PER_SM programs per SM and
+    PREFETCH_DEEP_TILE (4 per SM) beyond; other tiles are left alone."""
+    from flashdecode import triton_common as tc
+
+    gqa = tc.launch_config(128, 4, torch.bfloat16, single=True)
+    assert tc.uses_prefetch_tile(gqa)
+    wave = tc.PREFETCH_TILE_PER_SM * 132
+    assert not tc.single_pass_long_grid(gqa, wave, 132) and tc.single_pass_long_grid(gqa, wave + 1, 132)
+    assert not tc.single_pass_long_grid(gqa, wave + 1, None)
+    mha = tc.launch_config(128, 1, torch.bfloat16, single=True)
+    assert not tc.uses_prefetch_tile(mha) and not tc.single_pass_long_grid(mha, 10**6, 132)
+
+
 @pytest.mark.parametrize("prefetch", [True, False], ids=["pages-ahead", "pages-in-step"])
 def test_both_page_walks(prefetch, device):
     """attend_range's two page walks (page ids one tile ahead, or loaded in the tile's own step) agree with the

@@ -138,6 +138,13 @@ def _tail_case(lens, seed, device, monkeypatch):
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "TAIL_LONG_TOKENS", TAIL_LONG)
+    # the gate's waves of 4 programs per SM for the GQA tile, also within one wave of PREFETCH_TILE_PER_SM (whose
+    # single pass has no tail on a GPU: test_tail_range_by_tile_class)
+    monkeypatch.setattr(triton_splitk, "PREFETCH_TILE_PER_SM", 4)
+    # the fused merge's 64-token tile rather than PREFETCH_DEEP_TILE, whose 32-token steps are the single pass's: the
+    # two paths' LSEs then differ in their last bits, which tells which path wrote (a config cache of this test's own)
+    monkeypatch.setattr(triton_common, "PREFETCH_DEEP_TILE", None)
+    monkeypatch.setattr(triton_common, "_launch_config", functools.lru_cache(triton_common._launch_config.__wrapped__))
     # single_pass_tail's answers depend on the gate: a cache of this test's own
     fresh = functools.lru_cache(triton_splitk.single_pass_tail.__wrapped__)
     monkeypatch.setattr(triton_splitk, "single_pass_tail", fresh)
@@ -240,8 +247,13 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
     filled to at most TAIL_WAVES - 1 (TAIL_FULLER - 1 with a table of TAIL_FULLER_TOKENS) with a table of at least
     TAIL_LONG_TOKENS: there it takes the dual path with the length gate; not for fp32 caches (the measured tiles are
     16-bit) nor shorter tables."""
+    from flashdecode import triton_splitk
+
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
+    # waves of 4 also within one wave of PREFETCH_TILE_PER_SM (as _tail_case), with a cache of this test's own
+    monkeypatch.setattr(triton_splitk, "PREFETCH_TILE_PER_SM", 4)
+    monkeypatch.setattr(triton_splitk, "single_pass_tail", functools.lru_cache(triton_splitk.single_pass_tail.__wrapped__))
 
     def choice(batch, pages=100, dtype=torch.bfloat16):
         q = torch.empty(batch, 8, 128, device="meta", dtype=dtype)
@@ -261,7 +273,7 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
 def test_tail_range_by_tile_class():
     """The single pass's programs per SM and the last waves the gate covers, by tile class on an H200 (132 SMs), with
     the first sequence of the last wave and the mean length from which an even batch is split: MHA 12/12 (3 per
-    SM, filled to 0.4 from 1024 tokens, to 0.55 from 4096), GQA 32/8 (4, the same), the small-group class 32/32 (its
+    SM, filled to 0.4 from 1024 tokens, to 0.55 from 4096), GQA 32/8 (4 beyond one wave of 5, the same), the small-group class 32/32 (its
     single pass fits 3 per SM, 0.3) and head dim 256 (2, 0.25); not at head dim 64, whose tiles were not
     measured."""
     from flashdecode.triton_splitk import TAIL_WAVES, single_pass_tail
@@ -274,7 +286,10 @@ def test_tail_range_by_tile_class():
     assert [tail(b, 12, 12) for b in (66, 67, 79, 80, 84, 85)] == [None, (66, 1024), (66, 1024), (66, 4096),
                                                                    (66, 4096), None]  # fmt: skip
     near, far = (66, 1024), (66, 4096)
-    assert [tail(b, 32, 8) for b in (66, 67, 92, 93, 102, 103)] == [None, near, near, far, far, None]
+    # the GQA tile's single pass holds PREFETCH_TILE_PER_SM = 5 programs per SM up to one wave of them (82 sequences
+    # of 8 KV heads), then runs the 4-stage tile in waves of 4
+    assert [tail(b, 32, 8) for b in (66, 67, 82, 83, 92, 93, 102, 103)] == [None, None, None, near, near, far, far,
+                                                                         None]  # fmt: skip
     assert tail(133, 32, 8) == (132, 1024) and tail(168, 32, 8) == (132, 4096) and tail(169, 32, 8) is None
     # 396 programs a wave: the 12 sequences of 32 KV heads that fit
     assert [tail(b, 32, 32) for b in (12, 13, 16, 17)] == [None, (12, 1024), (12, 1024), None]

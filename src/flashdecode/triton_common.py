@@ -179,6 +179,16 @@ FP8_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True, maxnreg=128
 # (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
 # 5.7 -> 5.5 µs, 1 x 128 28/4 4.9 -> 4.6; on the 3-programs-per-SM 64 x 4096 32/8 it took 302 µs instead of 243
 PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
+# With attend_range's 32-bit address arithmetic PREFETCH_TILE takes 86 registers (112 before; sm_90 compile), so
+# PREFETCH_TILE_PER_SM programs fit an SM instead of 4, and the waves of a long single-pass grid changed: 1024
+# programs are 1.55 waves of 5 against 1.94 of 4. A 4th stage (a third K/V buffer, 54 KB) holds 4 per SM again; the
+# single pass takes it for more than one wave of 5, and the fused merge's long chunks take it always (their
+# 64-token tile went to 5 per SM as well). H200, scripts/pipeline_probe.py addr (graph µs, 3 stages -> 4): single
+# pass 128 x 8192 32/8 1110.5 -> 956.0 (953.6 before the change), 128 x 4096 548.3 -> 481.7; the fused merge's
+# ragged 1 x 131072 + 63 x 1024 32/8 201.5 (64-token tile) -> 191.3 (190.1 before); but one wave of 5 keeps 3
+# stages: 80 x 4096 32/8 297.7 against 379.1
+PREFETCH_TILE_PER_SM = 5
+PREFETCH_DEEP_TILE = dict(BLOCK_N=32, num_stages=4, PREFETCH_PAGES=True)
 # GQA groups of 4-16, one query token, 16-bit cache, head dims other than 128: a deeper tile without the page-id
 # prefetch. H200, 64 x 4096 32/8 (scripts/pipeline_probe.py dims, graph µs, single pass / planned split / 1 x 8192):
 # head_dim 64: 128 tokens, 2 stages 127.0 / 129.4 / 12.3 against the 64-token, 3-stage tile's 144.5 / 189.5 / 12.4
@@ -196,6 +206,29 @@ FP8_DOT_F16 = True
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
+
+
+def single_pass_long_grid(cfg: dict, programs: int, num_sms: int | None) -> bool:
+    """Whether a single pass of ``programs`` with tile ``cfg`` takes ``PREFETCH_DEEP_TILE``: PREFETCH_TILE's grid is
+    more than one wave of PREFETCH_TILE_PER_SM programs per SM (then the waves are of 4, as the tail gate counts)."""
+    return uses_prefetch_tile(cfg) and bool(PREFETCH_DEEP_TILE) and bool(num_sms) and (
+        programs > PREFETCH_TILE_PER_SM * num_sms
+    )
+
+
+def uses_prefetch_tile(cfg: dict) -> bool:
+    """Whether a launch config is PREFETCH_TILE's."""
+    return bool(PREFETCH_TILE) and all(cfg.get(k) == v for k, v in PREFETCH_TILE.items())
+
+
+def cache_offsets_fit_int32(*caches) -> bool:
+    """Whether every offset attend_range computes in 32 bits (OFFS_I32) fits: page * stride + row * stride + column
+    < 2**31 elements in each [num_pages, page_size, Hkv, D] cache view (the KV head's offset is added in 64 bits)."""
+    for c in caches:
+        num_pages, page_size, _, head_dim = c.shape
+        if (num_pages - 1) * c.stride(0) + (page_size - 1) * c.stride(1) + next_power_of_2(head_dim) >= 2**31:
+            return False
+    return True
 
 
 def launch_config(
@@ -225,9 +258,9 @@ def _launch_config(
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
     prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit cache: the
-    measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``, and ``SINGLE_PASS_HEAD_DIM_TILES``
-    over them for the single pass (single). The split-K launcher passes False when its chunks are long (the fused
-    merge's batches). An fp8 cache at head_dim 128 (groups of 4-16, one token): ``FP8_LONG_TILE`` for the single pass
+    measured cases), else ``PREFETCH_DEEP_TILE`` there; the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``,
+    and ``SINGLE_PASS_HEAD_DIM_TILES`` over them for the single pass (single). The split-K launcher passes False when
+    its chunks are long (the fused merge's batches). An fp8 cache at head_dim 128 (groups of 4-16, one token): ``FP8_LONG_TILE`` for the single pass
     and long chunks, ``FP8_SPLIT_TILE`` for split-K's others.
     """
     import torch
@@ -257,6 +290,8 @@ def _launch_config(
     elif q_len == 1 and 4 <= group <= 16 and itemsize == 2:
         if prefetch and PREFETCH_TILE and block_d == 128:
             cfg.update(PREFETCH_TILE)
+        elif PREFETCH_DEEP_TILE and block_d == 128:
+            cfg.update(PREFETCH_DEEP_TILE)
         elif block_d in HEAD_DIM_TILES:
             cfg.update(HEAD_DIM_TILES[block_d])
             if single:
@@ -396,6 +431,7 @@ def attend_range(
     Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr,
     PREFETCH_PAGES: tl.constexpr = False,
+    OFFS_I32: tl.constexpr = False,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
@@ -415,6 +451,8 @@ def attend_range(
     tile's K/V are in flight while this one is computed. With the page-id load in the same iteration, page ids,
     K/V and the dot take three pipeline stages and K/V get one buffer at 3 or 4 stages (two from 5 on), so a
     program waits for each tile's K/V in turn (docs/design.md).
+    OFFS_I32: every page * stride + row * stride offset of K and V fits int32 (``cache_offsets_fit_int32``): the
+    address arithmetic runs in 32 bits (one IMAD a token instead of a 64-bit multiply-add).
     """
     mask_d = offs_d < HEAD_DIM
     if DOT_F32 and USE_DOT:
@@ -422,24 +460,35 @@ def attend_range(
     elif KV_FP8 == 2 and USE_DOT:
         # the products of an fp8 cache run in fp16 (below); q saturates at fp16's largest finite value
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
-    # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read
+    # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read. Tokens are
+    # >= 0, so // and % run unsigned (a signed one adds sign fixes: ~40% of the loop's instructions at head_dim 256)
     if PREFETCH_PAGES:
         offs_next = start + tl.arange(0, BLOCK_N)
-        next_pages = tl.load(BLOCK_ROW + (offs_next // PAGE_SIZE) * stride_btp, mask=offs_next < end, other=0)
+        next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs_next < end,
+                             other=0)  # fmt: skip
     for tile_start in range(start, end, BLOCK_N):
         offs_n = tile_start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
         if PREFETCH_PAGES:
-            page = next_pages.to(tl.int64)
+            page = next_pages
             offs_next = offs_n + BLOCK_N
-            next_pages = tl.load(BLOCK_ROW + (offs_next // PAGE_SIZE) * stride_btp, mask=offs_next < end, other=0)
+            next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
+                                 mask=offs_next < end, other=0)  # fmt: skip
         else:
-            page = tl.load(BLOCK_ROW + (offs_n // PAGE_SIZE) * stride_btp, mask=mask_n, other=0).to(tl.int64)
-        row = (offs_n % PAGE_SIZE).to(tl.int64)
+            page = tl.load(BLOCK_ROW + (offs_n.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=mask_n, other=0)
+        row = (offs_n.to(tl.uint32) % PAGE_SIZE).to(tl.int32)
+        # [BLOCK_N] element offset of each token's row in the caches: 32-bit when the host found that every offset
+        # fits (cache_offsets_fit_int32), else 64-bit
+        if OFFS_I32:
+            k_row = page * stride_kp + row * stride_kt
+            v_row = page * stride_vp + row * stride_vt
+        else:
+            k_row = page.to(tl.int64) * stride_kp + row.to(tl.int64) * stride_kt
+            v_row = page.to(tl.int64) * stride_vp + row.to(tl.int64) * stride_vt
         mask_kv = mask_n[:, None] & mask_d[None, :]
         # [BLOCK_N, BLOCK_D]
-        k = tl.load(K + page[:, None] * stride_kp + row[:, None] * stride_kt + offs_d[None, :], mask=mask_kv, other=0.0)
-        v = tl.load(V + page[:, None] * stride_vp + row[:, None] * stride_vt + offs_d[None, :], mask=mask_kv, other=0.0)
+        k = tl.load(K + k_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
+        v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
         if not USE_DOT:
             # [BLOCK_H, 1, BLOCK_D] * [1, BLOCK_N, BLOCK_D] summed over D, in fp32
             s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
@@ -523,6 +572,7 @@ def attend_group(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False,
+    OFFS_I32: tl.constexpr = False,
 ):  # fmt: skip
     """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
     over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
@@ -552,7 +602,7 @@ def attend_group(
         BLOCK_ROW, stride_btp, start, end, qk_scale,
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
         PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
-        PREFETCH_PAGES,
+        PREFETCH_PAGES, OFFS_I32,
     )  # fmt: skip
     out, lse = finalize(m_i, l_i, acc)
     if KV_FP8:

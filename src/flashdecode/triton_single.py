@@ -21,14 +21,17 @@ from .launcher import launch
 from .triton_common import (
     LOG2E,
     PLAIN,
+    PREFETCH_DEEP_TILE,
     PREFETCH_ONE_WAVE_TILE,
     attend_group,
+    cache_offsets_fit_int32,
     cdiv,
     dot_in_fp32,
     even_batch,
     launch_config,
     let_next_start,
     next_power_of_2,
+    single_pass_long_grid,
     store_group,
     use_pdl,
     window_start,
@@ -91,6 +94,7 @@ def _decode_single_kernel(
     EVEN_B: tl.constexpr = 0,
     USE_PDL: tl.constexpr = False,
     LONG_MEAN: tl.constexpr = 0,
+    OFFS_I32: tl.constexpr = False,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -112,7 +116,7 @@ def _decode_single_kernel(
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32,
     )  # fmt: skip
     store_group(
         OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
@@ -147,7 +151,8 @@ def decode_single(
         config: overrides of ``launch_config`` entries (tests force small tiles, sweeps try others).
         features: ``triton_common.Features`` (softcap, ALiBi, sinks, window, q_len, fp8 scales); None = none.
         num_sms: the device's SM count, if known: a grid of at most that many programs takes
-            ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies.
+            ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies, one of more than a wave of
+            ``PREFETCH_TILE_PER_SM`` per SM ``PREFETCH_DEEP_TILE`` (``single_pass_long_grid``).
         even_only: the first launch of a dual-path split-K call: the programs write only if the batch is even
             (``triton_common.even_batch``), and let the planned kernels that follow start at once.
         long_mean: with even_only, also only if the mean visible length is below this many tokens (0: any), and
@@ -164,8 +169,11 @@ def decode_single(
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), single=True)
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
-    if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and num_sms and batch * num_kv_heads * head_blocks <= num_sms:
+    programs = batch * num_kv_heads * head_blocks
+    if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and num_sms and programs <= num_sms:
         cfg.update(PREFETCH_ONE_WAVE_TILE)
+    elif single_pass_long_grid(cfg, programs, num_sms):
+        cfg.update(PREFETCH_DEEP_TILE)
     if config:
         cfg.update(config)
         head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
@@ -189,7 +197,7 @@ def decode_single(
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=even_only and use_pdl(q.device),
-        LONG_MEAN=long_mean if even_only else 0,
+        LONG_MEAN=long_mean if even_only else 0, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         **features.kernel_args(cache_seqlens), **cfg,
     )  # fmt: skip
     return out, lse

@@ -59,8 +59,10 @@ import triton.language as tl
 from .launcher import launch, workspace
 from .triton_common import (
     LOG2E,
+    PREFETCH_TILE_PER_SM,
     Features,
     attend_group,
+    cache_offsets_fit_int32,
     cdiv,
     dot_in_fp32,
     planned_from,
@@ -70,6 +72,7 @@ from .triton_common import (
     next_power_of_2,
     store_group,
     use_pdl,
+    uses_prefetch_tile,
     wait_for_previous,
     window_start,
     window_starts,
@@ -557,6 +560,7 @@ def _partial_kernel(
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
+    OFFS_I32: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -600,7 +604,7 @@ def _partial_kernel(
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32,
     )  # fmt: skip
     store_chunk(
         O_PART, LSE_PART, OUT, LSE, SINKS, chunk_id, seq, kv_head, head_block, out, lse, single,
@@ -909,6 +913,10 @@ def single_pass_tail(
     tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)[2]
     per_sm, waves = TAIL_WAVES[tile]
     programs, wave = batch * num_kv_heads, per_sm * num_sms
+    single = launch_config(head_dim, group, dtype, q_len, kv_itemsize, single=True)
+    if uses_prefetch_tile(single) and programs <= PREFETCH_TILE_PER_SM * num_sms:
+        # one wave of PREFETCH_TILE_PER_SM programs per SM (single_pass_long_grid); longer grids run in waves of 4
+        return None
     full = programs // wave
     if full < 1 or programs == full * wave or (full > 1 and not TAIL_SPLIT):
         return None
@@ -1110,7 +1118,7 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
-        EVEN_B=even_b, LONG_MEAN=long_mean,
+        EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
     )  # fmt: skip
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
