@@ -122,7 +122,8 @@ def main():
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
-    probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS, "addr": ADDR_ROWS}
+    probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
+              "addr": ADDR_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")

@@ -253,7 +253,8 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
     # waves of 4 also within one wave of PREFETCH_TILE_PER_SM (as _tail_case), with a cache of this test's own
     monkeypatch.setattr(triton_splitk, "PREFETCH_TILE_PER_SM", 4)
-    monkeypatch.setattr(triton_splitk, "single_pass_tail", functools.lru_cache(triton_splitk.single_pass_tail.__wrapped__))
+    fresh = functools.lru_cache(triton_splitk.single_pass_tail.__wrapped__)
+    monkeypatch.setattr(triton_splitk, "single_pass_tail", fresh)
 
     def choice(batch, pages=100, dtype=torch.bfloat16):
         q = torch.empty(batch, 8, 128, device="meta", dtype=dtype)
@@ -273,9 +274,9 @@ def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_em
 def test_tail_range_by_tile_class():
     """The single pass's programs per SM and the last waves the gate covers, by tile class on an H200 (132 SMs), with
     the first sequence of the last wave and the mean length from which an even batch is split: MHA 12/12 (3 per
-    SM, filled to 0.4 from 1024 tokens, to 0.55 from 4096), GQA 32/8 (4 beyond one wave of 5, the same), the small-group class 32/32 (its
-    single pass fits 3 per SM, 0.3) and head dim 256 (2, 0.25); not at head dim 64, whose tiles were not
-    measured."""
+    SM, filled to 0.4 from 1024 tokens, to 0.55 from 4096), GQA 32/8 (4 beyond one wave of 5, the same), the
+    small-group class 32/32 (its single pass fits 3 per SM, 0.3) and head dim 256 (2, 0.25); not at head dim 64,
+    whose tiles were not measured."""
     from flashdecode.triton_splitk import TAIL_WAVES, single_pass_tail
 
     def tail(batch, hq, hkv, head_dim=128):

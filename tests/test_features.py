@@ -50,7 +50,7 @@ def test_large_groups_use_head_blocks():
                 smem = cfg["BLOCK_N"] * cfg["BLOCK_D"] * cfg["num_stages"] * 2 * dtype.itemsize
                 assert smem <= SMEM_BUDGET, (d, group, dtype, cfg)
     # the measured bf16 head_dim-128 configs: MHA 128-token tiles; GQA groups of 4-16 the prefetching 32-token
-    # tile, or 64-token tiles without it (split-K batches with long chunks), and in every unmeasured case
+    # tile (a 4th stage for split-K batches with long chunks), and 64-token tiles in every unmeasured case
     assert launch_config(128, 1, torch.bfloat16)["BLOCK_N"] == 128
     # head dims 64 and 256 (HEAD_DIM_TILES): 128-token tiles at 2 stages; 64-token tiles, 8 warps, 2 stages
     for d, expect in ((64, (128, 2, 4)), (256, (64, 2, 8))):
@@ -71,7 +71,10 @@ def test_large_groups_use_head_blocks():
     fp8_single = launch_config(128, 8, torch.bfloat16, 1, 1, single=True)
     for long in (fp8_single, launch_config(128, 4, torch.float16, 1, 1, prefetch=False)):
         assert (long["BLOCK_N"], long["num_stages"], long["PREFETCH_PAGES"]) == (128, 3, True)
-    for cfg in (launch_config(128, 8, torch.bfloat16, prefetch=False), launch_config(256, 8, torch.float16, 1, 1),
+    # ...and a 16-bit cache's long chunks (the fused merge's) the prefetching tile with a 4th stage (4 per SM)
+    deep4 = launch_config(128, 8, torch.bfloat16, prefetch=False)
+    assert (deep4["BLOCK_N"], deep4["num_stages"], deep4["PREFETCH_PAGES"]) == (32, 4, True)
+    for cfg in (launch_config(256, 8, torch.float16, 1, 1),
                 launch_config(128, 8, torch.bfloat16, 2), launch_config(64, 8, torch.bfloat16),
                 launch_config(128, 2, torch.bfloat16), launch_config(128, 32, torch.bfloat16)):
         assert not cfg["PREFETCH_PAGES"] and cfg["BLOCK_N"] in (32, 64, 128), cfg

@@ -260,8 +260,8 @@ def _launch_config(
     prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit cache: the
     measured cases), else ``PREFETCH_DEEP_TILE`` there; the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``,
     and ``SINGLE_PASS_HEAD_DIM_TILES`` over them for the single pass (single). The split-K launcher passes False when
-    its chunks are long (the fused merge's batches). An fp8 cache at head_dim 128 (groups of 4-16, one token): ``FP8_LONG_TILE`` for the single pass
-    and long chunks, ``FP8_SPLIT_TILE`` for split-K's others.
+    its chunks are long (the fused merge's batches). An fp8 cache at head_dim 128 (groups of 4-16, one token):
+    ``FP8_LONG_TILE`` for the single pass and long chunks, ``FP8_SPLIT_TILE`` for split-K's others.
     """
     import torch
 

@@ -59,6 +59,7 @@ import triton.language as tl
 from .launcher import launch, workspace
 from .triton_common import (
     LOG2E,
+    PREFETCH_DEEP_TILE,
     PREFETCH_TILE_PER_SM,
     Features,
     attend_group,
@@ -1083,6 +1084,10 @@ def decode_splitk(
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
+        if uses_prefetch_tile(cfg) and PREFETCH_DEEP_TILE:
+            # the in-place cut takes registers: at 3 stages 5 programs fit an SM (96 registers), where the cut aims
+            # at 4; the 4th stage holds 4 (H200, auto: 8 x 2048 28/4 18.8 -> 17.5 us, 4 x 16384 12/2 25.9 -> 25.5)
+            cfg.update(PREFETCH_DEEP_TILE)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
