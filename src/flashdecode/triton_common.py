@@ -157,8 +157,8 @@ MAX_TILE_ROWS_X_D = 64 * 128
 # times both on such rows. Every measured bf16 configuration (BLOCK_H x BLOCK_D <= 32 x 128) keeps 4 warps
 WIDE_TILE = 32 * 128
 # GQA groups of 4-16 (one 16-row tl.dot tile), head_dim <= 128, 16-bit cache: 32-token tiles, 3 stages and the page
-# ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers, 96 registers and 37 KB a program, 5 programs
-# per SM. H200 (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single
+# ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers and 38 KB a program; 86 registers and 5 programs
+# per SM with the 32-bit address arithmetic (112 and 4 before, sm_90 compile). H200 (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single
 # pass 8 x 128 28/4 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7;
 # split-K 1 x 2048 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's)
 # lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. An fp8 cache's split-K calls took it too until
