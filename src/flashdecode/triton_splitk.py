@@ -1054,6 +1054,13 @@ def decode_splitk(
     cfg, saturation, tile = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused
     )  # fmt: skip
+    # small batches without the fused merge (which needs the planner to zero its counters) plan in place
+    in_place = bool(INLINE_PLAN_MAX_BATCH) and num_splits is None and not split_tokens and not fused
+    in_place = in_place and batch <= INLINE_PLAN_MAX_BATCH
+    if in_place and uses_prefetch_tile(cfg) and PREFETCH_DEEP_TILE:
+        # the in-place cut takes registers: at 3 stages 5 programs fit an SM (96 registers), where the cut aims at
+        # 4; the 4th stage holds 4 (H200, auto: 8 x 2048 28/4 18.8 -> 17.5 us, 4 x 16384 12/2 25.9 -> 25.5)
+        cfg.update(PREFETCH_DEEP_TILE)
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     if split_tokens:
@@ -1080,14 +1087,7 @@ def decode_splitk(
         combine = False
     else:
         counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
-    # small batches without the fused merge (which needs the planner to zero its counters) plan in place
-    inline = None
-    if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
-        inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
-        if uses_prefetch_tile(cfg) and PREFETCH_DEEP_TILE:
-            # the in-place cut takes registers: at 3 stages 5 programs fit an SM (96 registers), where the cut aims
-            # at 4; the 4th stage holds 4 (H200, auto: 8 x 2048 28/4 18.8 -> 17.5 us, 4 x 16384 12/2 25.9 -> 25.5)
-            cfg.update(PREFETCH_DEEP_TILE)
+    inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation) if in_place else None
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
