@@ -13,6 +13,7 @@ more: past a resident set, trailing idle CTAs make the busy ones share SMs.
 
     python scripts/dispatch_probe.py         # busy CTAs ahead of idle ones, grids up to 4096
     python scripts/dispatch_probe.py fine    # grids around 4 CTAs per SM (and 2, at 32 warps)
+    python scripts/dispatch_probe.py idle    # 16 busy CTAs in every 34 (a planned grid's order), 4 or 5 a SM
 """
 
 import json
@@ -23,12 +24,14 @@ import torch
 import triton
 import triton.language as tl
 
+from flashdecode.launcher import padded_shared_memory
+
 
 @triton.jit
-def _spin(SMID, busy, ns):
+def _spin(SMID, busy, ns, period):
     pid = tl.program_id(0)
     smid = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
-    if pid < busy:
+    if pid % period < busy:
         t0 = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [pid], dtype=tl.int64, is_pure=False,
                                        pack=1)  # fmt: skip
         t = t0
@@ -38,13 +41,24 @@ def _spin(SMID, busy, ns):
     tl.store(SMID + pid, smid)
 
 
-def place(busy: int, grid: int, ns: int = 200_000, warps: int = 16) -> dict:
+def place(busy: int, grid: int, ns: int = 200_000, warps: int = 16, period: int = 0, per_sm: int = 0) -> dict:
+    """Run the spin kernel; period > 0: the first `busy` CTAs of every `period` are busy (the planned grid's
+    (chunk slots, heads) order), else the first `busy` of the grid. per_sm > 0: at most that many CTAs an SM
+    (shared memory padded as ``launcher.cap_programs_per_sm`` pads it)."""
     smid = torch.zeros(grid, dtype=torch.int32, device="cuda")
-    _spin[(grid,)](smid, busy, ns, num_warps=warps)
+    if per_sm:
+        # the same arguments (Triton specialises on them), one CTA: compiles the kernel whose launches are padded
+        compiled = _spin[(1,)](smid, busy, ns, period or grid, num_warps=warps)
+        smem = triton.runtime.driver.active.utils.get_device_properties(0)["max_shared_mem"] + 1024
+        compiled.packed_metadata = (warps, 1, padded_shared_memory(0, per_sm, smem))
+    _spin[(grid,)](smid, busy, ns, period or grid, num_warps=warps)
     torch.cuda.synchronize()
-    ids = smid[:busy].tolist()
-    per_sm = torch.bincount(smid[:busy].long(), minlength=torch.cuda.get_device_properties(0).multi_processor_count)
+    pids = torch.arange(grid, device="cuda")
+    smid = smid[pids % (period or grid) < busy]
+    ids = smid.tolist()
+    per_sm = torch.bincount(smid.long(), minlength=torch.cuda.get_device_properties(0).multi_processor_count)
     return dict(busy=busy, grid=grid, sms_used=int((per_sm > 0).sum()), max_per_sm=int(per_sm.max()),
+                sms_with=torch.bincount(per_sm).tolist(),
                 first_ids=ids[:24])  # fmt: skip
 
 
@@ -57,12 +71,18 @@ def main():
         runs = [(16, b, g) for g in (400, 448, 480, 500, 512, 520, 526, 527, 528, 529, 600) for b in (320, 384, g)
                 if b <= g]
         runs += [(32, b, g) for g in (200, 240, 256, 260, 263, 264, 265, 300) for b in (160, g) if b <= g]
-    for warps, busy, grid in runs:
+    # "idle": 1 x 131072 32/32's planned grid, 32 heads x 34 chunk slots of which 16 busy, at most 4 or 5 CTAs an SM
+    # (4 warps, shared memory padded), against the 512 busy CTAs alone
+    period = 0
+    if sys.argv[1:] == ["idle"]:
+        runs, period = [(4, 16, 34 * 32, r) for r in (4, 5)] + [(4, 512, 512, r) for r in (4, 5)], 34
+    for warps, busy, grid, *cap in runs:
         if grid >= busy:
-            rec = place(busy, grid, warps=warps)
-            rec["warps"] = warps
+            rec = place(busy, grid, warps=warps, period=period if grid > busy else 0, per_sm=cap[0] if cap else 0)
+            rec["warps"], rec["per_sm"] = warps, cap[0] if cap else None
             out.append(rec)
-            print(f"warps {warps} busy {busy:4d} grid {grid:5d}: on {rec['sms_used']:3d} SMs, at most {rec['max_per_sm']} per SM; "
+            print(f"warps {warps} at most {rec['per_sm']} a SM, busy {busy:4d} grid {grid:5d}: on {rec['sms_used']:3d} SMs, at most {rec['max_per_sm']} per SM "
+                  f"(SMs with 0, 1, ... busy: {rec['sms_with']}); "
                   f"first SM ids {rec['first_ids'][:12]}", flush=True)  # fmt: skip
     with open(os.path.join(os.environ.get("OUT", "."), "dispatch.json"), "w") as f:
         json.dump(out, f, indent=1)

@@ -141,10 +141,18 @@ def _tail_case(lens, seed, device, monkeypatch):
     # the gate's waves of 4 programs per SM for the GQA tile, also within one wave of PREFETCH_TILE_PER_SM (whose
     # single pass has no tail on a GPU: test_tail_range_by_tile_class)
     monkeypatch.setattr(triton_splitk, "PREFETCH_TILE_PER_SM", 4)
-    # the fused merge's 64-token tile rather than PREFETCH_DEEP_TILE, whose 32-token steps are the single pass's: the
-    # two paths' LSEs then differ in their last bits, which tells which path wrote (a config cache of this test's own)
+    # the single pass's 32-token steps throughout (PREFETCH_DEEP_TILE's too; a config cache of this test's own), and
+    # 64-token ones for the fused merge, which takes the same tile on a GPU: the two paths' LSEs then differ in
+    # their last bits, which tells which path wrote
     monkeypatch.setattr(triton_common, "PREFETCH_DEEP_TILE", None)
     monkeypatch.setattr(triton_common, "_launch_config", functools.lru_cache(triton_common._launch_config.__wrapped__))
+    split_config = triton_splitk.split_config
+
+    def fused_64(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, fused):
+        cfg, saturation, tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, fused)
+        return ({**cfg, "BLOCK_N": 64, "PREFETCH_PAGES": False} if fused else cfg), saturation, tile
+
+    monkeypatch.setattr(triton_splitk, "split_config", fused_64)
     # single_pass_tail's answers depend on the gate: a cache of this test's own
     fresh = functools.lru_cache(triton_splitk.single_pass_tail.__wrapped__)
     monkeypatch.setattr(triton_splitk, "single_pass_tail", fresh)

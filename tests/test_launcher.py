@@ -184,3 +184,43 @@ def test_compiled_replay_passes_what_jit_run_passes():
         (3, 2, 1, "stream", "fn-a", (4, 1, 0), None, None, None, 2000, 7, 1000, 0.5, "x"),
         (5, 1, 1, "stream", "fn-b", (4, 1, 0), None, None, None, 3000, 2000),
     ]
+
+
+@pytest.mark.parametrize("programs", [1, 2, 3, 4, 5, 8])
+def test_padded_shared_memory_caps_programs_per_sm(programs):
+    """The padded request lets exactly min(programs, what already fitted) programs share an SM of sm_90's 228 KB (1 KB
+    reserved a program, 128-byte units): it caps occupancy, never raises it, and leaves a kernel alone that already
+    fits no more."""
+    per_sm = 233472
+
+    def fit(shared):
+        return per_sm // (-(-shared // 128) * 128 + 1024)
+
+    for shared in (0, 1000, 39168, 45000, 55296, 100000):
+        padded = launcher.padded_shared_memory(shared, programs, per_sm)
+        assert padded >= shared and fit(padded) == min(programs, fit(shared)), (shared, padded)
+        assert padded == shared or (fit(shared) > programs and padded % 128 == 0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the occupancy of compiled CUDA kernels")
+def test_planned_partials_fit_the_planners_programs_per_sm(device):
+    """A planned split-K call's partial kernel (in place and with the planner launch) runs at most the planner's
+    programs per SM whatever its registers allow: its grid's unused chunk slots would otherwise let the programs with
+    work pile onto fewer SMs. Checked from each capped kernel's registers, warps and launch shared memory."""
+    from flashdecode import triton_splitk
+
+    props = torch.cuda.get_device_properties(0)
+    regs = getattr(props, "regs_per_multiprocessor", 65536)
+    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
+    for lens, hq, hkv in (([4096], 32, 32), ([2048] * 8, 28, 4), ([3000] + [100] * 20, 32, 8)):
+        c = case(lens, hq, hkv, 128, 16, torch.bfloat16, device, seed=5)
+        out = torch.full_like(c.q, float("nan"))
+        triton_splitk.decode_splitk(*c.args, 128**-0.5, out, None)
+        ref_out, _ = reference_of(c)
+        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+    assert launcher._capped
+    for compiled, programs in launcher._capped.items():
+        warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
+        by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
+        by_smem = smem // (-(-shared // 128) * 128 + 1024)
+        assert min(by_regs, by_smem, 64 // warps) <= programs, (compiled.name, compiled.n_regs, shared, programs)

@@ -53,13 +53,60 @@ def clear() -> None:
     _cache.clear()
 
 
-def launch(kernel, grid, *args, **kwargs):
-    """``kernel[grid](*args, **kwargs)``, noted by the call being recorded, if any. Returns what Triton returns."""
+# shared memory the GPU keeps per resident program (sm_80 and newer), on top of the kernel's own
+_SMEM_RESERVED_PER_PROGRAM = 1024
+# ...its allocation unit, and the most a launch may ask for without opting in per kernel
+_SMEM_UNIT, _SMEM_DEFAULT_MAX = 128, 48 * 1024
+# compiled kernel -> the programs per SM it was capped at (``cap_programs_per_sm``)
+_capped: dict = {}
+
+
+def launch(kernel, grid, *args, programs_per_sm=None, **kwargs):
+    """``kernel[grid](*args, **kwargs)``, noted by the call being recorded, if any. Returns what Triton returns.
+    programs_per_sm: at most this many of the compiled kernel's programs share an SM from its next launch on
+    (``cap_programs_per_sm``)."""
     compiled = kernel[grid](*args, **kwargs)
+    if programs_per_sm and compiled is not None and _capped.get(compiled) != programs_per_sm:
+        cap_programs_per_sm(compiled, programs_per_sm)
+        _capped[compiled] = programs_per_sm
     recording = getattr(_local, "recording", None)
     if recording is not None:
         recording.launches.append((kernel, compiled, tuple(grid), args, kwargs))
     return compiled
+
+
+def padded_shared_memory(shared: int, programs: int, smem_per_sm: int) -> int:
+    """The dynamic shared memory (bytes) a kernel that uses `shared` should ask for so that at most `programs` of
+    its programs fit an SM of smem_per_sm bytes: `shared` if that already holds, else the least multiple of the
+    allocation unit past smem_per_sm / (programs + 1), less what the GPU reserves per program."""
+    def units(n):  # bytes rounded up to the allocation unit
+        return -(-n // _SMEM_UNIT) * _SMEM_UNIT
+
+    if (programs + 1) * (units(shared) + _SMEM_RESERVED_PER_PROGRAM) > smem_per_sm:
+        return shared
+    return units(smem_per_sm // (programs + 1) + 1 - _SMEM_RESERVED_PER_PROGRAM)
+
+
+def cap_programs_per_sm(compiled, programs: int) -> bool:
+    """Launch a compiled Triton kernel with its dynamic shared memory padded (``padded_shared_memory``) so that at
+    most `programs` of its programs share an SM, whatever its registers allow. A grid that is larger than the
+    programs with work (the planned split-K grid's unused chunk slots, which return at once) is dispatched by
+    filling SMs up to what fits: when ptxas's registers let one more program fit than the planner's target, the
+    programs with work pile onto fewer SMs (docs/design.md, "Programs per SM"). Returns whether it padded; it
+    does not where the padding would need the per-kernel opt-in above 48 KB, or without a CUDA kernel (the
+    interpreter)."""
+    meta = getattr(compiled, "packed_metadata", None)
+    if meta is None or len(meta) != 3:
+        return False
+    from triton.runtime import driver
+
+    props = driver.active.utils.get_device_properties(driver.active.get_current_device())
+    smem_per_sm = props["max_shared_mem"] + _SMEM_RESERVED_PER_PROGRAM
+    shared = padded_shared_memory(compiled.metadata.shared, programs, smem_per_sm)
+    if shared > _SMEM_DEFAULT_MAX:
+        return False
+    compiled.packed_metadata = (meta[0], meta[1], shared)
+    return shared != compiled.metadata.shared
 
 
 def workspace(shape, dtype, device) -> torch.Tensor:

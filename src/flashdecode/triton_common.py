@@ -182,11 +182,10 @@ PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
 # With attend_range's 32-bit address arithmetic PREFETCH_TILE takes 86 registers (112 before; sm_90 compile), so
 # PREFETCH_TILE_PER_SM programs fit an SM instead of 4, and the waves of a long single-pass grid changed: 1024
 # programs are 1.55 waves of 5 against 1.94 of 4. A 4th stage (a third K/V buffer, 54 KB) holds 4 per SM again; the
-# single pass takes it for more than one wave of 5, and the fused merge's long chunks take it always (their
-# 64-token tile went to 5 per SM as well). H200, scripts/pipeline_probe.py addr (graph µs, 3 stages -> 4): single
-# pass 128 x 8192 32/8 1110.5 -> 956.0 (953.6 before the change), 128 x 4096 548.3 -> 481.7; the fused merge's
-# ragged 1 x 131072 + 63 x 1024 32/8 201.5 (64-token tile) -> 191.3 (190.1 before); but one wave of 5 keeps 3
-# stages: 80 x 4096 32/8 297.7 against 379.1
+# single pass takes it for more than one wave of 5. H200, scripts/pipeline_probe.py addr (graph µs, 3 stages -> 4):
+# 128 x 8192 32/8 1110.5 -> 956.0 (953.6 before the change), 128 x 4096 548.3 -> 481.7; but one wave of 5 keeps 3
+# stages: 80 x 4096 32/8 297.7 against 379.1. (The planned split-K partials keep 3 stages and are capped at the
+# planner's programs per SM instead: launcher.cap_programs_per_sm.)
 PREFETCH_TILE_PER_SM = 5
 PREFETCH_DEEP_TILE = dict(BLOCK_N=32, num_stages=4, PREFETCH_PAGES=True)
 # GQA groups of 4-16, one query token, 16-bit cache, head dims other than 128: a deeper tile without the page-id
@@ -258,10 +257,10 @@ def _launch_config(
     num_warps: 4, or 8 for tiles of more than WIDE_TILE elements.
     kv_itemsize: bytes per cache element (1 for fp8), defaults to dtype's.
     prefetch: allow ``PREFETCH_TILE`` (one query token, groups of 4-16, head_dim 128 in a 16-bit cache: the
-    measured cases), else ``PREFETCH_DEEP_TILE`` there; the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``,
-    and ``SINGLE_PASS_HEAD_DIM_TILES`` over them for the single pass (single). The split-K launcher passes False when
-    its chunks are long (the fused merge's batches). An fp8 cache at head_dim 128 (groups of 4-16, one token):
-    ``FP8_LONG_TILE`` for the single pass and long chunks, ``FP8_SPLIT_TILE`` for split-K's others.
+    measured cases); the same calls at head_dim 64 and 256 take ``HEAD_DIM_TILES``, and
+    ``SINGLE_PASS_HEAD_DIM_TILES`` over them for the single pass (single). An fp8 cache at head_dim 128 (groups of
+    4-16, one token): ``FP8_LONG_TILE`` for the single pass and long chunks (prefetch False: the split-K launcher's
+    fused merge), ``FP8_SPLIT_TILE`` for split-K's others.
     """
     import torch
 
@@ -290,8 +289,6 @@ def _launch_config(
     elif q_len == 1 and 4 <= group <= 16 and itemsize == 2:
         if prefetch and PREFETCH_TILE and block_d == 128:
             cfg.update(PREFETCH_TILE)
-        elif PREFETCH_DEEP_TILE and block_d == 128:
-            cfg.update(PREFETCH_DEEP_TILE)
         elif block_d in HEAD_DIM_TILES:
             cfg.update(HEAD_DIM_TILES[block_d])
             if single:

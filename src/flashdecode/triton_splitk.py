@@ -59,7 +59,6 @@ import triton.language as tl
 from .launcher import launch, workspace
 from .triton_common import (
     LOG2E,
-    PREFETCH_DEEP_TILE,
     PREFETCH_TILE_PER_SM,
     Features,
     attend_group,
@@ -868,13 +867,13 @@ def split_config(
 ) -> tuple[dict, int, str]:  # fmt: skip
     """(partial kernel launch config, programs per SM the planner aims at, tile class) for one call's shapes.
 
-    The config is ``launch_config``'s, without its prefetching short tile when the merge is fused (long chunks: H200
-    probe 0ce6c31, bf16 fused rows with it: 64 x 4096 32/8 247.6 -> 265.6 us, 256 x 256 12/2 24.7 -> 25.8; an fp8
-    cache takes its long tile then), and with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D *
-    itemsize bytes) is a power of two. The planner's target comes from PLANNER_SATURATION by tile class: "deep"
+    The config is ``launch_config``'s (an fp8 cache takes its long tile when the merge is fused: long chunks), with
+    SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize bytes) is a power of two. The
+    planned launch caps the partial kernel at the planner's programs per SM (``launcher.cap_programs_per_sm``),
+    whatever its registers allow. The planner's target comes from PLANNER_SATURATION by tile class: "deep"
     (head dims above 128), "grouped" (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the
     128-token tile of the other small groups)."""
-    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not fused)
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not (fused and kv_itemsize == 1))
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
     small = small and row_bytes & (row_bytes - 1) == 0
@@ -1057,10 +1056,6 @@ def decode_splitk(
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     in_place = bool(INLINE_PLAN_MAX_BATCH) and num_splits is None and not split_tokens and not fused
     in_place = in_place and batch <= INLINE_PLAN_MAX_BATCH
-    if in_place and uses_prefetch_tile(cfg) and PREFETCH_DEEP_TILE:
-        # the in-place cut takes registers: at 3 stages 5 programs fit an SM (96 registers), where the cut aims at
-        # 4; the 4th stage holds 4 (H200, auto: 8 x 2048 28/4 18.8 -> 17.5 us, 4 x 16384 12/2 25.9 -> 25.5)
-        cfg.update(PREFETCH_DEEP_TILE)
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     if split_tokens:
@@ -1124,6 +1119,8 @@ def decode_splitk(
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
+        # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs
+        programs_per_sm=None if fixed else saturation,
     )  # fmt: skip
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
