@@ -141,11 +141,8 @@ def _tail_case(lens, seed, device, monkeypatch):
     # the gate's waves of 4 programs per SM for the GQA tile, also within one wave of PREFETCH_TILE_PER_SM (whose
     # single pass has no tail on a GPU: test_tail_range_by_tile_class)
     monkeypatch.setattr(triton_splitk, "PREFETCH_TILE_PER_SM", 4)
-    # the single pass's 32-token steps throughout (PREFETCH_DEEP_TILE's too; a config cache of this test's own), and
-    # 64-token ones for the fused merge, which takes the same tile on a GPU: the two paths' LSEs then differ in
-    # their last bits, which tells which path wrote
-    monkeypatch.setattr(triton_common, "PREFETCH_DEEP_TILE", None)
-    monkeypatch.setattr(triton_common, "_launch_config", functools.lru_cache(triton_common._launch_config.__wrapped__))
+    # 64-token steps for the fused merge, whose tile on a GPU is the single pass's (32-token steps): the two paths'
+    # LSEs then differ in their last bits, which tells which path wrote
     split_config = triton_splitk.split_config
 
     def fused_64(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, fused):

@@ -50,7 +50,7 @@ def test_large_groups_use_head_blocks():
                 smem = cfg["BLOCK_N"] * cfg["BLOCK_D"] * cfg["num_stages"] * 2 * dtype.itemsize
                 assert smem <= SMEM_BUDGET, (d, group, dtype, cfg)
     # the measured bf16 head_dim-128 configs: MHA 128-token tiles; GQA groups of 4-16 the prefetching 32-token
-    # tile (a 4th stage for split-K batches with long chunks), and 64-token tiles in every unmeasured case
+    # tile, and 64-token tiles in every unmeasured case
     assert launch_config(128, 1, torch.bfloat16)["BLOCK_N"] == 128
     # head dims 64 and 256 (HEAD_DIM_TILES): 128-token tiles at 2 stages; 64-token tiles, 8 warps, 2 stages
     for d, expect in ((64, (128, 2, 4)), (256, (64, 2, 8))):

@@ -157,13 +157,15 @@ MAX_TILE_ROWS_X_D = 64 * 128
 # times both on such rows. Every measured bf16 configuration (BLOCK_H x BLOCK_D <= 32 x 128) keeps 4 warps
 WIDE_TILE = 32 * 128
 # GQA groups of 4-16 (one 16-row tl.dot tile), head_dim <= 128, 16-bit cache: 32-token tiles, 3 stages and the page
-# ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers and 38 KB a program; 86 registers and 5 programs
-# per SM with the 32-bit address arithmetic (112 and 4 before, sm_90 compile). H200 (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single
-# pass 8 x 128 28/4 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7;
-# split-K 1 x 2048 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's)
-# lost (256 x 256 12/2 23.2 -> 24.9) and keep the 64-token tile. An fp8 cache's split-K calls took it too until
-# FP8_SPLIT_TILE (below) replaced it there (pipeline_probe fp8 at d6cf225, fp16 products: 1 x 65536 12/2 e4m3 21.9
-# against 27.6 for 64 tokens without the prefetch and 26.1 for FP8_LONG_TILE). None: off
+# ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers and 38 KB a program; 86 registers and 5
+# programs per SM with the 32-bit address arithmetic (112 and 4 before, sm_90 compile). H200
+# (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single pass 8 x 128 28/4
+# 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7; split-K 1 x 2048
+# 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's) lost then
+# (256 x 256 12/2 23.2 -> 24.9); capped at 4 programs per SM they gain (launcher.cap_programs_per_sm). An fp8
+# cache's split-K calls took it too until FP8_SPLIT_TILE (below) replaced it there (pipeline_probe fp8 at d6cf225,
+# fp16 products: 1 x 65536 12/2 e4m3 21.9 against 27.6 for 64 tokens without the prefetch and 26.1 for
+# FP8_LONG_TILE). None: off
 PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # ...and an fp8 cache's single pass and long split-K chunks (the fused merge's) 128-token tiles at 3 stages with the
 # prefetch (96 KB): a 1-byte token row makes short tiles all overhead. pipeline_probe fp8 at d6cf225, single pass

@@ -1054,9 +1054,6 @@ def decode_splitk(
     cfg, saturation, tile = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused
     )  # fmt: skip
-    # small batches without the fused merge (which needs the planner to zero its counters) plan in place
-    in_place = bool(INLINE_PLAN_MAX_BATCH) and num_splits is None and not split_tokens and not fused
-    in_place = in_place and batch <= INLINE_PLAN_MAX_BATCH
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     if split_tokens:
@@ -1083,7 +1080,10 @@ def decode_splitk(
         combine = False
     else:
         counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
-    inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation) if in_place else None
+    # small batches without the fused merge (which needs the planner to zero its counters) plan in place
+    inline = None
+    if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
+        inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
