@@ -203,24 +203,28 @@ def test_padded_shared_memory_caps_programs_per_sm(programs):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the occupancy of compiled CUDA kernels")
-def test_planned_partials_fit_the_planners_programs_per_sm(device):
+def test_planned_partials_fit_the_planners_programs_per_sm(device, monkeypatch):
     """A planned split-K call's partial kernel (in place and with the planner launch) runs at most the planner's
-    programs per SM whatever its registers allow: its grid's unused chunk slots would otherwise let the programs with
-    work pile onto fewer SMs. Checked from each capped kernel's registers, warps and launch shared memory."""
+    programs per SM for its tile (``triton_splitk.planner_target``) whatever its registers allow: its grid's unused
+    chunk slots would otherwise let the programs with work pile onto fewer SMs. Checked from each capped kernel's
+    registers, warps and launch shared memory, one call at a time."""
     from flashdecode import triton_splitk
 
     props = torch.cuda.get_device_properties(0)
     regs = getattr(props, "regs_per_multiprocessor", 65536)
     smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
     for lens, hq, hkv in (([4096], 32, 32), ([2048] * 8, 28, 4), ([3000] + [100] * 20, 32, 8)):
+        # only this call's kernels (Triton keeps the compiled ones, so a kernel capped before is capped again here)
+        monkeypatch.setattr(launcher, "_capped", {})
         c = case(lens, hq, hkv, 128, 16, torch.bfloat16, device, seed=5)
         out = torch.full_like(c.q, float("nan"))
         triton_splitk.decode_splitk(*c.args, 128**-0.5, out, None)
         ref_out, _ = reference_of(c)
         assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
-    assert launcher._capped
-    for compiled, programs in launcher._capped.items():
-        warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
-        by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
-        by_smem = smem // (-(-shared // 128) * 128 + 1024)
-        assert min(by_regs, by_smem, 64 // warps) <= programs, (compiled.name, compiled.n_regs, shared, programs)
+        target = triton_splitk.planner_target(128, hq // hkv, torch.bfloat16, 1, 2, hkv)
+        assert launcher._capped, (lens, hq, hkv)
+        for compiled in launcher._capped:
+            warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
+            by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
+            by_smem = smem // (-(-shared // 128) * 128 + 1024)
+            assert min(by_regs, by_smem, 64 // warps) <= target, (hq, hkv, compiled.n_regs, shared, target)
