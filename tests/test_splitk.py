@@ -148,12 +148,15 @@ def test_planner_choices():
 
 def test_split_bounds_cover_sequence_on_tile_edges():
     for seqlen in [0, 1, 15, 16, 17, 100, 1000]:
-        for splits in [1, 2, 3, 7, 64]:
+        for splits in [1, 2, 3, 7, 33, 64]:
             bounds = split_bounds(seqlen, splits, 16)
             assert len(bounds) == splits
             covered = [t for start, end in bounds for t in range(start, end)]
             assert covered == list(range(seqlen))
             assert all(start % 16 == 0 for start, end in bounds if end > start)
+            # any S balances: split sizes in tiles differ by at most one (S = 3 of 63 tiles: 21 each, not 22, 22, 19)
+            tiles = [-(-end // 16) - start // 16 for start, end in bounds]
+            assert max(tiles) - min(tiles) <= 1, (seqlen, splits, tiles)
 
 
 def test_grid_chunks_sized_from_batch_and_sms():

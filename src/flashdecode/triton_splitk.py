@@ -31,8 +31,9 @@ Two ways to cut, one kernel:
   one filled to a fraction), it runs alone only for an even batch of short sequences (mean below TAIL_LONG_TOKENS);
   an even batch of longer ones is split, the single pass writing the full waves' sequences and the planned kernels
   the rest, and the planned grid gets more chunk slots.
-* fixed (``num_splits=S``): each sequence is cut into S pieces of its own length (some may be empty: they write
-  (0, -inf)); chunk b * S + s is split s of sequence b. Grid (B * S, Hkv).
+* fixed (``num_splits=S``): each sequence's T tiles are dealt to S pieces, split s taking tiles
+  [s * T / S, (s + 1) * T / S) (sizes differ by at most one tile; some may be empty: they write (0, -inf)); chunk
+  b * S + s is split s of sequence b. Grid (B * S, Hkv).
 * deterministic (``split_tokens=T``): the fixed mode with split s of every sequence covering tokens
   [s * T, (s + 1) * T) of its visible range: boundaries depend on the sequence's own length only, and
   S = ceil(table capacity / T) slots per sequence (the empty ones add exact zeros in the combine, whose blocks and
@@ -353,12 +354,16 @@ def fixed_chunk(
     # a padded grid's slots past B * S (FIXED_GRID_SLOTS) read the last sequence's length and return (seq >= B)
     seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
     first = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
+    split = chunk_id % NUM_SPLITS
     if SPLIT_TOKENS > 0:
-        tiles_per_split = SPLIT_TOKENS // BLOCK_N
+        start = first + split * SPLIT_TOKENS
+        end = tl.minimum(start + SPLIT_TOKENS, seqlen)
     else:
-        tiles_per_split = tl.cdiv(tl.cdiv(seqlen - first, BLOCK_N), NUM_SPLITS)
-    start = first + (chunk_id % NUM_SPLITS) * tiles_per_split * BLOCK_N
-    end = tl.minimum(start + tiles_per_split * BLOCK_N, seqlen)
+        # split s takes tiles [s * T / S, (s + 1) * T / S) of the T tiles: sizes differ by at most one tile, so any
+        # S (not only a divisor of T) balances the programs
+        tiles = tl.cdiv(seqlen - first, BLOCK_N)
+        start = first + (split * tiles // NUM_SPLITS) * BLOCK_N
+        end = tl.minimum(first + ((split + 1) * tiles // NUM_SPLITS) * BLOCK_N, seqlen)
     return seq, seqlen, start, end
 
 
@@ -756,15 +761,17 @@ def split_bounds(
     seqlen: int, num_splits: int, block_n: int, first: int = 0, split_tokens: int = 0
 ) -> list[tuple[int, int]]:
     """Fixed (and deterministic, split_tokens > 0) mode: [start, end) of each split of one sequence's visible tokens
-    [first, seqlen), exactly as the partial kernel computes them."""
-    if split_tokens:
-        tiles_per_split = split_tokens // block_n
-    else:
-        tiles_per_split = cdiv(cdiv(seqlen - first, block_n), num_splits)
+    [first, seqlen), exactly as the partial kernel computes them (``fixed_chunk``): split s of S takes tiles
+    [s * T / S, (s + 1) * T / S) of the T tiles, or split_tokens tokens from s * split_tokens."""
+    tiles = cdiv(seqlen - first, block_n)
     bounds = []
     for split in range(num_splits):
-        start = first + split * tiles_per_split * block_n
-        bounds.append((start, max(start, min(start + tiles_per_split * block_n, seqlen))))
+        if split_tokens:
+            start, end = first + split * split_tokens, first + (split + 1) * split_tokens
+        else:
+            start = first + split * tiles // num_splits * block_n
+            end = first + (split + 1) * tiles // num_splits * block_n
+        bounds.append((start, max(start, min(end, seqlen))))
     return bounds
 
 
