@@ -111,3 +111,76 @@ def test_fused_merge_is_exact_and_order_free_under_contention():
     assert max_err(first, ref) <= tol
     for _ in range(200):
         assert torch.equal(decode_attention(*c.args, backend="triton_splitk"), first)
+
+
+
+@pytest.fixture(scope="module")
+def late_copy():
+    """A kernel that lets the next kernel start at once (PDL), spins for ~1 ms, then copies src into dst."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _late_copy(SRC, DST, n, iters, BLOCK: tl.constexpr):
+        tl.extra.cuda.gdc_launch_dependents()
+        x = tl.full([BLOCK], 1.0, tl.float32)
+        for _ in range(iters):
+            x = x * 0.999 + 0.001
+        for start in range(0, n, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            v = tl.load(SRC + offs, mask=offs < n).to(tl.float32)
+            tl.store(DST + offs, (v * x).to(DST.dtype.element_ty), mask=offs < n)
+
+    return lambda src, dst: _late_copy[(1,)](src, dst, src.numel(), 400000, BLOCK=1024)
+
+
+CHAINS = {
+    # (lengths, Hq, Hkv, decode_attention options; plan=True: made by plan_decode for these lengths)
+    "single pass": ([3000] * 8, 32, 8, dict(backend="triton")),
+    "fixed splits, combine": ([4096] * 4, 12, 2, dict(backend="triton_splitk", num_splits=16)),
+    "plan, merged fixed splits": ([1024] * 24, 28, 4, dict(plan=True)),
+    "planner, fused merge": ([16384, 1, 0, 9000] * 8, 32, 8, dict(backend="triton_splitk")),
+    "in place, combine": ([300, 9000, 40], 12, 2, dict(backend="triton_splitk")),
+    "dual path": ([2048] * 64, 32, 8, dict(backend="auto")),
+}
+
+
+@pytest.mark.parametrize("name", list(CHAINS))
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_chained_calls_wait_for_the_kernel_before_them(name, graph, late_copy):
+    """A call's first kernel is launched with PDL (``triton_common.chain_pdl``), so it may be scheduled while the
+    kernel before it still runs, and must wait before its first load. Behind a kernel that lets it start at once and
+    writes its q only after ~1 ms, a chain of calls (each one's q the previous one's output, every buffer
+    poisoned with NaN first) equals the same launches with a device sync between them, bit for bit, eagerly and
+    replayed in a CUDA graph."""
+    from flashdecode import plan_decode
+
+    lens, hq, hkv, opts = CHAINS[name]
+    c = case(lens, hq, hkv, 128, 16, torch.bfloat16, "cuda", seed=5)
+    opts = dict(opts)
+    if opts.pop("plan", False):
+        opts["plan"] = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    rest = (c.k_cache, c.v_cache, c.cache_seqlens, c.block_table)
+    bufs = [torch.empty_like(c.q) for _ in range(4)]
+
+    def chain(sync):
+        late_copy(c.q, bufs[0])
+        for q, out in zip(bufs, bufs[1:]):
+            if sync:
+                torch.cuda.synchronize()
+            decode_attention(q, *rest, out=out, **opts)
+
+    chain(True)
+    expected = [b.clone() for b in bufs]
+    assert all(torch.isfinite(e).all() for e in expected)
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            chain(False)
+    for _ in range(10):
+        for b in bufs:
+            b.fill_(float("nan"))
+        g.replay() if graph else chain(False)
+        torch.cuda.synchronize()
+        for b, e in zip(bufs, expected):
+            assert torch.equal(b, e), name

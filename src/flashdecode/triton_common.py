@@ -70,6 +70,18 @@ def use_pdl(device) -> bool:
     return _capability_major(device.index) >= 9
 
 
+# with PDL, also launch each call's first kernel with it, waiting before its first load, and let every call's last
+# kernel start the next kernel early: in a stream of calls (a model's layers, a CUDA graph of steps) the next call's
+# programs are resident when this one ends (FlashInfer's decode does the same); False: the first kernel of a call is
+# launched normally (measurements)
+CHAIN_PDL = True
+
+
+def chain_pdl(device) -> bool:
+    """Whether a call's first kernel is launched with PDL too (``CHAIN_PDL``, where ``use_pdl``)."""
+    return CHAIN_PDL and use_pdl(device)
+
+
 @functools.lru_cache(maxsize=None)
 def _capability_major(index) -> int:
     import torch

@@ -26,6 +26,7 @@ from .triton_common import (
     attend_group,
     cache_offsets_fit_int32,
     cdiv,
+    chain_pdl,
     dot_in_fp32,
     even_batch,
     launch_config,
@@ -34,6 +35,7 @@ from .triton_common import (
     single_pass_long_grid,
     store_group,
     use_pdl,
+    wait_for_previous,
     window_start,
 )
 
@@ -100,12 +102,14 @@ def _decode_single_kernel(
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
     seq = tl.program_id(1).to(tl.int64)
+    # a call's first kernel (``chain_pdl``): the kernels before it have finished
+    wait_for_previous(USE_PDL)
+    if EVEN_B:
+        # dual-path call: the planned kernels may start now; they compute the same test, so exactly one path writes
+        let_next_start(USE_PDL)
     # loaded before the test below, so that the two loads are in flight together
     seqlen = tl.load(SEQLENS + seq * stride_sl)
     if EVEN_B:
-        # dual-path call (decode_splitk): the kernels launched after this one may start now; every program of
-        # them and of this grid computes the same test, so exactly one path writes the output
-        let_next_start(USE_PDL)
         even, short = even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
         # under the tail gate an even batch of long sequences is ours only before tail_first (planned_from)
         if not (even & (short | (seq < tail_first))):
@@ -118,6 +122,10 @@ def _decode_single_kernel(
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32,
     )  # fmt: skip
+    if not EVEN_B:
+        # the call's last kernel: the next call's first one may start when every program is here, not before (started
+        # at the top, its waiting programs slowed this grid: H200, 64 x 4096 32/8 248 -> 283 us)
+        let_next_start(USE_PDL)
     store_group(
         OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
         GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
@@ -185,6 +193,8 @@ def decode_single(
     stride_btb, stride_btp = block_table.stride()
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
+    # the single pass of a dual-path call is launched as before (not chained: decode_splitk)
+    pdl, chain = use_pdl(q.device), chain_pdl(q.device) and not even_only
     launch(
         _decode_single_kernel, (num_kv_heads * head_blocks, batch),
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
@@ -196,8 +206,8 @@ def decode_single(
         stride_ob=stride_ob, stride_ot=stride_ot, stride_oh=stride_oh,
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
-        EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=even_only and use_pdl(q.device),
+        EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=chain or (pdl and even_only),
         LONG_MEAN=long_mean if even_only else 0, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
-        **features.kernel_args(cache_seqlens), **cfg,
+        **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse

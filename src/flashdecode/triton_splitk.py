@@ -65,6 +65,7 @@ from .triton_common import (
     attend_group,
     cache_offsets_fit_int32,
     cdiv,
+    chain_pdl,
     dot_in_fp32,
     planned_from,
     group_rows,
@@ -285,6 +286,10 @@ def _plan_kernel(
     COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I. EVEN_B > 0 (dual-path call):
     nothing to do when the batch is even (the single pass before it writes the output), or only the sequences from
     tail_first on (``planned_from``)."""
+    if not EVEN_B:
+        # a call's first kernel (``chain_pdl``); in a dual-path call the lengths it reads are an input, and the single
+        # pass before it writes nothing it reads
+        wait_for_previous(USE_PDL)
     let_next_start(USE_PDL)
     first_seq = 0
     if EVEN_B:
@@ -567,6 +572,7 @@ def _partial_kernel(
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
     OFFS_I32: tl.constexpr = False,
+    LAST: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -587,9 +593,11 @@ def _partial_kernel(
         num_head_ids = tl.num_programs(1)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
-    # planned mode: launched while the planner runs; fixed mode: the first launch, so this wait returns at once
+    # planned mode: launched while the planner runs; fixed mode or in place: the call's first kernel
     wait_for_previous(USE_PDL)
-    let_next_start(USE_PDL)
+    if not LAST:
+        # the combine may start now (it waits for this grid)
+        let_next_start(USE_PDL)
 
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
@@ -612,6 +620,9 @@ def _partial_kernel(
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32,
     )  # fmt: skip
+    if LAST:
+        # no combine follows: the next call's first kernel may start when every program is here (as the single pass)
+        let_next_start(USE_PDL)
     store_chunk(
         O_PART, LSE_PART, OUT, LSE, SINKS, chunk_id, seq, kv_head, head_block, out, lse, single,
         stride_ob, stride_ot, stride_oh, num_q_heads,
@@ -733,6 +744,8 @@ def _combine_kernel(
     seq = seq.to(tl.int64)
     tok = (row // num_q_heads).to(tl.int64)
     out_ptrs = OUT + seq * stride_ob + tok * stride_ot + head.to(tl.int64) * stride_oh + offs_d
+    # the call's last kernel: the next call's first one may start (``chain_pdl``)
+    let_next_start(USE_PDL)
     tl.store(out_ptrs, out.to(OUT.dtype.element_ty), mask=offs_d < HEAD_DIM)
     if WRITE_LSE and d0 == 0:
         lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
@@ -832,11 +845,12 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, dual_path=False, long_mean=0, tail_first=0,
+    counters=None, dual_path=False, long_mean=0, tail_first=0, chain=False,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
-    saturation programs per SM wanted. pdl: let the next kernel launch while this one runs. counters: the fused
+    saturation programs per SM wanted. pdl: let the next kernel launch while this one runs; chain: launched with
+    PDL itself, as a call's first kernel (``chain_pdl``). counters: the fused
     combine's int32 arrival counters, zeroed by the planner (None: not fused). dual_path: launched after the
     single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch (of mean
     visible length < long_mean, if > 0; an even batch of longer ones is cut from sequence tail_first on)."""
@@ -853,7 +867,7 @@ def launch_plan(
         BLOCK_B=block_b, BLOCK_N=block_n, LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
-        EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and dual_path else {}),
+        EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and (dual_path or chain) else {}),
         WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean,
     )  # fmt: skip
     return plan
@@ -1077,7 +1091,10 @@ def decode_splitk(
     lse_arg = lse if lse is not None else lse_part
     fargs = features.kernel_args(cache_seqlens)
     # planned mode: the cut, written once by _plan_kernel ([4, slots + B] int32); fixed mode never reads it
-    pdl = use_pdl(q.device)
+    # a dual-path call is not chained to the calls around it: on an even batch its planned kernels end at once, so the
+    # next call's programs would be resident (waiting) beside the single pass for its whole run, and slow it down
+    # (H200: 64 x 4096 32/8 250 -> 334 us)
+    pdl, chain = use_pdl(q.device), chain_pdl(q.device) and not dual_path
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
     combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
@@ -1103,7 +1120,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, dual_path, long_mean, tail_first,
+            counters, dual_path, long_mean, tail_first, chain,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
@@ -1125,8 +1142,8 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
-        **fargs, **cfg, **({"launch_pdl": True} if pdl and (dual_path or not (fixed or inline)) else {}),
-        EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
+        **fargs, **cfg, **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline)) else {}),
+        EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache), LAST=not combine,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs
         programs_per_sm=None if fixed else saturation,
     )  # fmt: skip
