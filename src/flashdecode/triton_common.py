@@ -70,10 +70,10 @@ def use_pdl(device) -> bool:
     return _capability_major(device.index) >= 9
 
 
-# with PDL, also launch each call's first kernel with it, waiting before its first load, and let every call's last
-# kernel start the next kernel early: in a stream of calls (a model's layers, a CUDA graph of steps) the next call's
-# programs are resident when this one ends (FlashInfer's decode does the same); False: the first kernel of a call is
-# launched normally (measurements)
+# with PDL, also launch each call's first kernel with it, waiting before its first load, and let each call's last
+# kernel start the next kernel once its programs are past their main loop: in a stream of calls (a model's layers, a
+# CUDA graph of steps) the next call's programs are resident when this one ends (FlashInfer's decode does the same;
+# docs/design.md, "Chaining calls"); False: a call's first kernel is launched normally (measurements)
 CHAIN_PDL = True
 
 
