@@ -130,6 +130,26 @@ def test_fixed_splits_merged_in_the_last_program(device, small_gpu):
     assert max_err(out, combined[0]) <= 1e-6 and lse_err(lse, combined[1]) <= 1e-6
 
 
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_fixed_splits_merged_in_the_last_program_match_the_combine(splits, device):
+    """decode_splitk(counters=...) merges S fixed splits in the last split program: all at once up to
+    MERGE_UNROLL_ALL splits (2, 3), in MERGE_UNROLL steps beyond it (8). Ragged lengths with an empty sequence and
+    a sequence shorter than S tiles (empty splits) and ones with a token in every split; within 1e-6 of the same splits merged by the combine launch, and
+    the counters back at zero."""
+    c = _case([0, 37, 700, 520], device, seed=5)
+    scale = c.q.shape[-1] ** -0.5
+    counters = torch.zeros(4 * 8, dtype=torch.int32, device=c.q.device)
+    runs = []
+    for ctr in (counters, None):
+        out, lse = _nan_out(c), torch.full(c.q.shape[:-1], float("nan"), device=c.q.device)
+        runs.append(decode_splitk(*c.args, scale, out, lse, num_splits=splits, num_sms=SMS, counters=ctr))
+    assert int(counters.abs().sum()) == 0
+    assert max_err(runs[0][0], runs[1][0]) <= 1e-6 and lse_err(runs[0][1], runs[1][1]) <= 1e-6
+    ref_out, ref_lse = reference_of(c)
+    assert max_err(runs[0][0], ref_out) <= output_tolerance(c, ref_out, torch.float32)
+    assert lse_err(runs[0][1], ref_lse) <= lse_tolerance(c, ref_lse)
+
+
 def test_plan_with_a_window_cuts_the_visible_tokens(device, small_gpu):
     """window_left: the plan reads visible lengths (40 each here, one chunk: the single pass)."""
     c = _case([400, 20], device)

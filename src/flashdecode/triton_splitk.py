@@ -157,6 +157,11 @@ INLINE_PLAN_MAX_BATCH = 16
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
 MERGE_UNROLL = 2
+# fixed splits of at most this many merge in one unrolled step: ptxas issues all their loads at once (S 4: 12 loads,
+# one L2 round trip). H200 (scripts/fused_fixed_probe.py, sweeps/merge-unroll): 64 x 1024 12/2 S 4 22.7 -> 22.3-22.4
+# us, but S 8 26.1 -> 27.0-27.3 (there ptxas interleaves the loads with the math), S 16 25.3 -> 24.0 (not merged in
+# the partial: the combine launch takes 22.8)
+MERGE_UNROLL_ALL = tl.constexpr(4)
 # tile classes (split_config) whose planned partial grid is (Hkv * head blocks, chunk slots): the KV heads of one chunk
 # are dispatched together, as in the single pass, and unused slots come last; the others (chunk slots, heads). H200,
 # perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
@@ -436,6 +441,24 @@ def store_chunk(
 
 
 @triton.jit
+def merge_chunk(m_i, l_i, acc, O_PART, LSE_PART, chunk, mask_c, in_chunk, offs_d, num_q_heads, Q_LEN: tl.constexpr,
+                BLOCK_D: tl.constexpr):  # fmt: skip
+    """One step of the merge's online softmax over chunk LSEs (natural log): chunk ``chunk``'s partial rows
+    (in_chunk [BLOCK_H] row offsets, mask_c the rows to read) read through L2 (.cg) into (m_i, l_i, acc)."""
+    rows = chunk * (Q_LEN * num_q_heads) + in_chunk
+    lse_c = tl.load(LSE_PART + rows, mask=mask_c, other=float("-inf"), cache_modifier=".cg")
+    # [BLOCK_H, BLOCK_D]
+    o_c = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_c[:, None], other=0.0,
+                  cache_modifier=".cg")  # fmt: skip
+    m_new = tl.maximum(m_i, lse_c)
+    # padding rows (and chunks past the end) stay -inf: measure from 0 so exp(-inf - 0) = 0
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_ref)
+    w = tl.exp(lse_c - m_ref)
+    return m_new, l_i * alpha + w, acc * alpha[:, None] + w[:, None] * o_c
+
+
+@triton.jit
 def merge_if_last(
     O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, slot, seq, kv_head, head_block, batch, max_chunks,
     stride_ob, stride_ot, stride_oh, num_q_heads,
@@ -450,7 +473,8 @@ def merge_if_last(
     of the (sequence, head block) counter (``slot``: sequence * Hkv * head blocks + KV head * head blocks + head
     block), which the planner zeroed (planned mode) or the previous call's merger reset (fixed mode); the program that
     finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
-    chunks per step (the result does not depend on the arrival order)."""
+    chunks per step, or all at once for at most MERGE_UNROLL_ALL fixed splits (the result does not depend on the
+    arrival order)."""
     if NUM_SPLITS > 0:
         # fixed mode: chunk ids are sequence-major
         first = seq * NUM_SPLITS
@@ -469,23 +493,20 @@ def merge_if_last(
             m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
             l_i = tl.zeros([BLOCK_H], tl.float32)
             acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-            end = first + count
-            for c0 in range(first, end, UNROLL):
-                for j in tl.static_range(UNROLL):
-                    mask_c = mask_h & (c0 + j < end)
-                    rows = (c0 + j) * (Q_LEN * num_q_heads) + in_chunk
-                    lse_c = tl.load(LSE_PART + rows, mask=mask_c, other=float("-inf"), cache_modifier=".cg")
-                    # [BLOCK_H, BLOCK_D]
-                    o_c = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_c[:, None],
-                                  other=0.0, cache_modifier=".cg")  # fmt: skip
-                    m_new = tl.maximum(m_i, lse_c)
-                    # padding rows (and chunks past the end) stay -inf: measure from 0 so exp(-inf - 0) = 0
-                    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-                    alpha = tl.exp(m_i - m_ref)
-                    w = tl.exp(lse_c - m_ref)
-                    acc = acc * alpha[:, None] + w[:, None] * o_c
-                    l_i = l_i * alpha + w
-                    m_i = m_new
+            if NUM_SPLITS > 0 and NUM_SPLITS <= MERGE_UNROLL_ALL:
+                # fixed mode: the split count is a constant, so the loads of every split can issue at once
+                for j in tl.static_range(NUM_SPLITS):
+                    m_i, l_i, acc = merge_chunk(
+                        m_i, l_i, acc, O_PART, LSE_PART, first + j, mask_h, in_chunk, offs_d, num_q_heads, Q_LEN, BLOCK_D
+                    )
+            else:
+                end = first + count
+                for c0 in range(first, end, UNROLL):
+                    for j in tl.static_range(UNROLL):
+                        m_i, l_i, acc = merge_chunk(
+                            m_i, l_i, acc, O_PART, LSE_PART, c0 + j, mask_h & (c0 + j < end), in_chunk, offs_d,
+                            num_q_heads, Q_LEN, BLOCK_D,
+                        )  # fmt: skip
             empty = l_i == 0.0
             out = acc / tl.where(empty, 1.0, l_i)[:, None]
             lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
