@@ -7,9 +7,9 @@ zero. Run on the GPU machine:
 
     python scripts/fused_fixed_probe.py > fused_fixed.log
 
-``--row 8,2048,28,4`` (repeatable) times those rows instead; ``--rows 64x1024,16x4096`` keeps the rows whose name starts so; ``--timing-only`` prints each variant's error instead
-of asserting it (for source variants that skip work on purpose, to see what that work costs). A row whose plan is
-the single pass times the single pass.
+``--row 8,2048,28,4`` (repeatable) times those rows instead; ``--rows 64x1024,16x4096`` keeps the rows whose name
+starts so; ``--timing-only`` prints each variant's error instead of asserting it (for source variants that skip work
+on purpose, to see what that work costs). A row whose plan is the single pass times the single pass.
 """
 
 import argparse

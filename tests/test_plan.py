@@ -133,9 +133,9 @@ def test_fixed_splits_merged_in_the_last_program(device, small_gpu):
 @pytest.mark.parametrize("splits", [2, 3, 8])
 def test_fixed_splits_merged_in_the_last_program_match_the_combine(splits, device):
     """decode_splitk(counters=...) merges S fixed splits in the last split program: all at once up to
-    MERGE_UNROLL_ALL splits (2, 3), in MERGE_UNROLL steps beyond it (8). Ragged lengths with an empty sequence and
-    a sequence shorter than S tiles (empty splits) and ones with a token in every split; within 1e-6 of the same splits merged by the combine launch, and
-    the counters back at zero."""
+    MERGE_UNROLL_ALL splits (2, 3), in MERGE_UNROLL steps beyond it (8). Ragged lengths: an empty sequence, one
+    shorter than S tiles (empty splits) and ones with a token in every split; within 1e-6 of the same splits merged
+    by the combine launch, and the counters back at zero."""
     c = _case([0, 37, 700, 520], device, seed=5)
     scale = c.q.shape[-1] ** -0.5
     counters = torch.zeros(4 * 8, dtype=torch.int32, device=c.q.device)

@@ -497,8 +497,9 @@ def merge_if_last(
                 # fixed mode: the split count is a constant, so the loads of every split can issue at once
                 for j in tl.static_range(NUM_SPLITS):
                     m_i, l_i, acc = merge_chunk(
-                        m_i, l_i, acc, O_PART, LSE_PART, first + j, mask_h, in_chunk, offs_d, num_q_heads, Q_LEN, BLOCK_D
-                    )
+                        m_i, l_i, acc, O_PART, LSE_PART, first + j, mask_h, in_chunk, offs_d, num_q_heads, Q_LEN,
+                        BLOCK_D,
+                    )  # fmt: skip
             else:
                 end = first + count
                 for c0 in range(first, end, UNROLL):
