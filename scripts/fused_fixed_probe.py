@@ -10,6 +10,8 @@ zero. Run on the GPU machine:
 ``--row 8,2048,28,4`` (repeatable) times those rows instead; ``--rows 64x1024,16x4096`` keeps the rows whose name
 starts so; ``--timing-only`` prints each variant's error instead of asserting it (for source variants that skip work
 on purpose, to see what that work costs). A row whose plan is the single pass times the single pass.
+``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
+times fixed splits with that partial tile (BLOCK_N, stages) too, as ``decode_splitk(config=...)`` takes it.
 """
 
 import argparse
@@ -21,7 +23,8 @@ from triton.testing import do_bench_cudagraph
 from flashdecode import decode_attention, plan_decode
 from flashdecode.bench import probe_case
 from flashdecode.check import max_err
-from flashdecode.triton_splitk import FUSED_MAX_CHUNKS, decode_splitk
+from flashdecode.api import _num_sms
+from flashdecode.triton_splitk import FIXED_MERGE_MAX_SPLITS, decode_splitk, merge_fixed_in_partial
 
 # (lengths, Hq, Hkv)
 ROWS = [
@@ -39,8 +42,11 @@ def main():
     ap.add_argument("--rows", default="", help="comma-separated prefixes of the row names to keep (e.g. 64x1024)")
     ap.add_argument("--row", action="append", default=[], help="B,S,Hq,Hkv: a uniform row of its own (repeatable)")
     ap.add_argument("--timing-only", action="store_true", help="print errors instead of asserting them")
+    ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
+    ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages: a partial tile to time too")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
+    sms = _num_sms(torch.device("cuda"))
     print(f"{'row':>16} {'variant':>12} {'µs':>7}")
     rows = [([s] * b, hq, hkv) for b, s, hq, hkv in (map(int, r.split(",")) for r in args.row)] if args.row else ROWS
     for lens, hq, hkv in rows:
@@ -55,26 +61,36 @@ def main():
             if plan.backend != "triton":
                 print(f"{name:>16} plan {plan.backend} S={plan.num_splits}: not fixed splits, skipped", flush=True)
                 continue
-            variants = [("single", 1, None)]
+            variants = [("single", 1, None, None)]
         else:
-            splits = [s for s in (plan.num_splits // 2, plan.num_splits, plan.num_splits * 2) if 1 < s]
-            variants = [(f"fixed S={s}", s, None) for s in splits]
-            variants += [(f"fused S={s}", s, counters) for s in splits if s <= FUSED_MAX_CHUNKS]
-        for label, s, ctr in variants:
+            splits = [int(s) for s in args.splits.split(",") if s]
+            splits = splits or [s for s in (plan.num_splits // 2, plan.num_splits, plan.num_splits * 2) if 1 < s]
+            variants = [(f"fixed S={s}", s, None, None) for s in splits]
+            variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
+            for tile in args.tile:
+                block_n, stages = map(int, tile.split(","))
+                config = dict(BLOCK_N=block_n, num_stages=stages)
+                # merged as the plan would merge S splits
+                variants += [
+                    (f"N{block_n}s{stages}{' fused' * fuse} S={s}", s, counters if fuse else None, config)
+                    for s in splits for fuse in [merge_fixed_in_partial(len(lens), 1, hq, s, sms)]
+                ]  # fmt: skip
+        for label, s, ctr, config in variants:
             cycle = itertools.cycle(rotated)
 
-            def fn(c=None, s=s, ctr=ctr):
+            def fn(c=None, s=s, ctr=ctr, config=config):
                 c = c or next(cycle)
                 if s == 1:
                     return decode_attention(*c.args, backend="triton", out=out)
-                return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr)[0]
+                return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr, config=config)[0]
 
             first = max_err(fn(case), ref)
             us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
             err = max_err(fn(case), ref)
             ok = first < 2e-2 and err < 2e-2 and int(counters.abs().sum()) == 0
             assert ok or args.timing_only, (name, label, first, err, counters.nonzero())
-            mark = " (plan)" if s == plan.num_splits and ctr is None else ""
+            is_plan = s == plan.num_splits and config is None and (ctr is None) == (plan.counters is None)
+            mark = " (plan)" if is_plan else ""
             note = "" if ok else f"  err {err:.3g}, counters {int(counters.abs().sum())}"
             counters.zero_()
             print(f"{name:>16} {label:>12} {us:7.1f}{mark}{note}", flush=True)
