@@ -12,15 +12,18 @@ starts so; ``--timing-only`` prints each variant's error instead of asserting it
 on purpose, to see what that work costs). A row whose plan is the single pass times the single pass.
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
 times fixed splits with that partial tile (BLOCK_N, stages) too, as ``decode_splitk(config=...)`` takes it.
+``--no-combine`` also times each combine-launched variant without its combine launch (timing only: the output is
+not merged), to see what the combine costs.
 """
 
 import argparse
 import itertools
+from unittest.mock import patch
 
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode import decode_attention, plan_decode
+from flashdecode import decode_attention, plan_decode, triton_splitk
 from flashdecode.bench import probe_case
 from flashdecode.check import max_err
 from flashdecode.api import _num_sms
@@ -44,6 +47,7 @@ def main():
     ap.add_argument("--timing-only", action="store_true", help="print errors instead of asserting them")
     ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
     ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages: a partial tile to time too")
+    ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
     sms = _num_sms(torch.device("cuda"))
@@ -94,6 +98,11 @@ def main():
             note = "" if ok else f"  err {err:.3g}, counters {int(counters.abs().sum())}"
             counters.zero_()
             print(f"{name:>16} {label:>12} {us:7.1f}{mark}{note}", flush=True)
+            if args.no_combine and s > 1 and ctr is None:
+                # the same launch with triton_splitk's combine launch skipped: the partial kernel alone
+                with patch.object(triton_splitk, "launch_combine", lambda *a, **k: None):
+                    us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
+                print(f"{name:>16} {label + ' alone':>12} {us:7.1f}", flush=True)
 
 
 if __name__ == "__main__":
