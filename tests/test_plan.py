@@ -11,8 +11,9 @@ import pytest
 import torch
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
-from flashdecode import DecodePlan, api, decode_attention, plan_decode
-from flashdecode.triton_splitk import decode_splitk
+from flashdecode import DecodePlan, api, decode_attention, plan_decode, triton_splitk
+from flashdecode.triton_common import launch_config, uses_prefetch_tile
+from flashdecode.triton_splitk import decode_splitk, fixed_split_count
 
 # a small GPU (the interpreter's programs are slow): the grouped tile's planner target is 4 programs per SM, so
 # B * Hkv < 8 is planned, 8..15 dual-path, >= 16 single pass
@@ -148,6 +149,39 @@ def test_fixed_splits_merged_in_the_last_program_match_the_combine(splits, devic
     ref_out, ref_lse = reference_of(c)
     assert max_err(runs[0][0], ref_out) <= output_tolerance(c, ref_out, torch.float32)
     assert lse_err(runs[0][1], ref_lse) <= lse_tolerance(c, ref_lse)
+
+
+def test_fixed_split_count_lengthens_short_splits_of_the_prefetch_tile():
+    """FIXED_MIN_SPLIT_TILES: the plan halves a cut of PREFETCH_TILE's 32-token tiles while its chunks are shorter
+    than 4 tiles and every SM keeps a program; other tiles keep the cut."""
+    prefetch = launch_config(128, 4, torch.bfloat16)
+    assert uses_prefetch_tile(prefetch) and prefetch["BLOCK_N"] == 32
+    # 64 chunks of 32 tokens, 16 programs a split: 32 chunks of 64, then 16 of 128 (4 tiles)
+    assert fixed_split_count(64, 32, prefetch, 16, 132) == 16
+    # 8 splits of 64 tokens would leave 132 SMs with 128 programs: the cut stays
+    assert fixed_split_count(64, 32, prefetch, 4, 132) == 64
+    assert fixed_split_count(16, 128, prefetch, 16, 132) == 16
+    # 2 splits of 64 tokens, 4 programs a split, 4 SMs: one split (the single pass)
+    assert fixed_split_count(2, 64, prefetch, 4, 4) == 1
+    fp32 = launch_config(128, 4, torch.float32)
+    assert not uses_prefetch_tile(fp32) and fixed_split_count(64, 32, fp32, 16, 132) == 64
+
+
+@pytest.mark.parametrize("lens, splits", [([256, 256], 2), ([384], 3)])
+def test_plan_lengthens_short_fixed_splits(lens, splits, device, small_gpu, monkeypatch):
+    """A bf16 batch at head dim 128 (PREFETCH_TILE) whose cut gives 64-token chunks: the plan takes half the cut's
+    splits (2 of 128 tokens, or 3 of a 384-token sequence), still merged in the last split program, and the output
+    is within the reference's tolerance (NaN-filled out and lse)."""
+    c = case(lens, 8, 2, 128, 16, torch.bfloat16, device, seed=6, extra_table_columns=20)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    monkeypatch.setattr(triton_splitk, "FIXED_MIN_SPLIT_TILES", 0)
+    cut = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.num_splits == splits and cut.num_splits == 2 * splits, (plan.reason, cut.reason)
+    assert plan.counters is not None
+    out, lse = decode_attention(*c.args, plan=plan, out=_nan_out(c), return_lse=True)
+    ref_out, ref_lse = reference_of(c)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
 def test_plan_with_a_window_cuts_the_visible_tokens(device, small_gpu):

@@ -13,7 +13,8 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
 * a planned call (or the planned side of a dual-path call without a tail gate) of even lengths, or whose cut gives
   every non-empty sequence the same number of chunks: fixed splits, ``num_splits=k`` with k the most chunks the cut
   gives a sequence (for a uniform batch the same cut; each sequence's tiles dealt evenly to its k splits, without
-  the cut computed in place or a planner launch); k = 1: the single pass. With few splits and many (sequence, row)
+  the cut computed in place or a planner launch), halved while PREFETCH_TILE's chunks are shorter than
+  ``triton_splitk.FIXED_MIN_SPLIT_TILES`` tiles and every SM keeps a program; k = 1: the single pass. With few splits and many (sequence, row)
   pairs (``triton_splitk.merge_fixed_in_partial``) the plan also holds zeroed counters, and the last split program
   of each sequence and head merges the splits (no combine launch);
 * anything else (uneven batches, the tail split): ``auto``'s own device-planned call.
@@ -169,7 +170,9 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     # sequences as many chunks as its short ones
     if len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len):
         return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes)
-    k = max(counts)
+    # ...in at most as many fixed splits, fewer where its chunks are short (FIXED_MIN_SPLIT_TILES)
+    head_blocks = -(-q_len * group // cfg["BLOCK_H"])
+    k = splitk.fixed_split_count(max(counts), chunk, cfg, batch * num_kv_heads * head_blocks, sms)
     if k <= 1:
         return DecodePlan("triton", 1, False, "one chunk a sequence: the single pass", shapes)
     reason = f"up to {k} chunks a sequence: {k} fixed splits"

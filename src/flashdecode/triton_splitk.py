@@ -82,8 +82,8 @@ from .triton_common import (
 from .triton_single import as_rows, decode_single
 
 __all__ = [
-    "decode_splitk", "split_config", "grid_chunks", "num_candidates", "split_bounds", "chunk_size", "chunk_plan",
-    "splitk_partials_mirror",
+    "decode_splitk", "split_config", "grid_chunks", "fixed_split_count", "num_candidates", "split_bounds", "chunk_size",
+    "chunk_plan", "splitk_partials_mirror",
 ]  # fmt: skip
 
 # planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth (the
@@ -147,9 +147,21 @@ FUSED_EXPECTED_CHUNKS = 8
 # fixed splits (plan_decode's, with the plan's counters: decode_splitk(counters=...)) merge in the last split program
 # too when a sequence has at most this many splits and B * q_len * Hq >= #SMs. H200 (scripts/fused_fixed_probe.py at
 # 771d819, fixed + combine launch -> merged in the last program, same S): 64 x 1024 12/2 S 4 24.7 -> 23.1 us,
-# 24 x 1024 28/4 S 4 20.0 -> 18.4, 16 x 4096 12/12 S 2 98.7 -> 97.7; but 8 x 2048 28/4 S 8 14.4 -> 14.7, and with more
-# splits or fewer pairs the serial merge loses (1 x 2048 28/4 S 64 7.1 -> 15.7, 1 x 65536 12/12 S 32 97.4 -> 100.4)
-FIXED_MERGE_MAX_SPLITS = 8
+# 24 x 1024 28/4 S 4 20.0 -> 18.4, 16 x 4096 12/12 S 2 98.7 -> 97.7; with more splits or fewer pairs the serial merge
+# loses (1 x 2048 28/4 S 64 7.1 -> 15.7, 1 x 65536 12/12 S 32 97.4 -> 100.4). S 8 lost on 9 of the 10 rows of
+# sweeps/fixed-splits-0c8e972 (at 0c8e972; S 4 merges in one unrolled step since c2f732e): 8 x 2048 28/4 13.6 -> 14.5,
+# 16 x 4096 12/2 22.5 -> 23.7, 8 x 4096 28/4 22.9 -> 23.7, 4 x 4096 32/8 22.6 -> 23.4, 8 x 1024 28/4 9.9 -> 10.4,
+# 12 x 2048 12/2 12.5 -> 12.7, 16 x 2048 28/4 23.9 -> 24.0 (was 8 until then)
+FIXED_MERGE_MAX_SPLITS = 4
+# plan_decode's fixed splits of PREFETCH_TILE (32 tokens, groups of 4-16 at head dim 128) take at least this many tiles
+# each: a planned cut into shorter chunks is halved while B * Hkv * head blocks * S/2 still gives every SM a program.
+# The planner's cut (its wave floor) prices a half-full SM as a full one; fixed splits, with no per-program plan, pay
+# less for fewer, longer programs. H200 (sweeps/fixed-splits-0c8e972, graph us, the cut's S -> S/2, 64-token splits):
+# 4 x 4096 12/2 10.8 -> 9.3, 1 x 4096 32/8 10.7 -> 9.2, 8 x 1024 28/4 10.7 -> 9.9, 4 x 2048 28/4 10.2 -> 9.6,
+# 1 x 16384 12/2 10.5 -> 9.9, 1 x 8192 28/4 10.3 -> 10.3; below a program per SM it lost as often as it won
+# (1 x 4096 12/2 6.1 -> 7.0, 2 x 2048 28/4 7.2 -> 7.3, but 1 x 2048 28/4 6.4 -> 5.7, 2 x 4096 12/2 8.2 -> 7.6), and
+# at 128-token splits too (12 x 2048 12/2 11.8 -> 12.5, 8 x 2048 28/4 14.2 -> 13.6). 0: the cut's S
+FIXED_MIN_SPLIT_TILES = 4
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
@@ -982,6 +994,18 @@ def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int
     ~0.27 us per step of MERGE_UNROLL chunks (docs/design.md)."""
     pairs = batch * q_len * num_q_heads >= num_sms
     return FUSED_COMBINE and pairs and SATURATION_PER_SM * num_sms <= FUSED_EXPECTED_CHUNKS * batch * num_kv_heads
+
+
+def fixed_split_count(splits: int, chunk: int, cfg: dict, programs_per_split: int, num_sms: int) -> int:
+    """plan_decode's fixed split count for a cut of ``splits`` chunks of ``chunk`` tokens a sequence
+    (FIXED_MIN_SPLIT_TILES): with the measured tile (PREFETCH_TILE), halved while the chunks are shorter than that
+    many tiles and the grid keeps a program per SM (programs_per_split: B * Hkv * head blocks)."""
+    if not uses_prefetch_tile(cfg):
+        return splits
+    block_n = cfg["BLOCK_N"]
+    while splits > 1 and chunk < FIXED_MIN_SPLIT_TILES * block_n and splits // 2 * programs_per_split >= num_sms:
+        splits, chunk = splits // 2, chunk * 2
+    return splits
 
 
 def merge_fixed_in_partial(batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int) -> bool:
