@@ -14,9 +14,9 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
   every non-empty sequence the same number of chunks: fixed splits, ``num_splits=k`` with k the most chunks the cut
   gives a sequence (for a uniform batch the same cut; each sequence's tiles dealt evenly to its k splits, without
   the cut computed in place or a planner launch), halved while PREFETCH_TILE's chunks are shorter than
-  ``triton_splitk.FIXED_MIN_SPLIT_TILES`` tiles and every SM keeps a program; k = 1: the single pass. With few splits and many (sequence, row)
-  pairs (``triton_splitk.merge_fixed_in_partial``) the plan also holds zeroed counters, and the last split program
-  of each sequence and head merges the splits (no combine launch);
+  ``triton_splitk.FIXED_MIN_SPLIT_TILES`` tiles and every SM keeps a program; k = 1: the single pass. With few
+  splits and many (sequence, row) pairs (``triton_splitk.merge_fixed_in_partial``) the plan also holds zeroed
+  counters, and the last split program of each sequence and head merges the splits (no combine launch);
 * anything else (uneven batches, the tail split): ``auto``'s own device-planned call.
 
 Every choice is correct for any lengths (the single pass and fixed splits read the lengths on the device too), so
