@@ -13,14 +13,11 @@ on purpose, to see what that work costs). A row whose plan is the single pass ti
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
 times fixed splits with that partial tile (BLOCK_N, stages) too, as ``decode_splitk(config=...)`` takes it.
 ``--no-combine`` also times each combine-launched variant without its combine launch (timing only: the output is
-not merged), to see what the combine costs. ``--wide`` times the merge in the last program for every S up to 64:
-"fused" in MERGE_UNROLL steps (MERGE_WIDE_ROWS 0), "wide" in one ``merge_wide`` step where ``wide_merge_args``
-allows it.
+not merged), to see what the combine costs.
 """
 
 import argparse
 import itertools
-import contextlib
 from unittest.mock import patch
 
 import torch
@@ -30,7 +27,7 @@ from flashdecode import decode_attention, plan_decode, triton_splitk
 from flashdecode.bench import probe_case
 from flashdecode.check import max_err
 from flashdecode.api import _num_sms
-from flashdecode.triton_splitk import FIXED_MERGE_MAX_SPLITS, decode_splitk, merge_fixed_in_partial, wide_merge_args
+from flashdecode.triton_splitk import FIXED_MERGE_MAX_SPLITS, decode_splitk, merge_fixed_in_partial
 
 # (lengths, Hq, Hkv)
 ROWS = [
@@ -51,7 +48,6 @@ def main():
     ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
     ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages: a partial tile to time too")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
-    ap.add_argument("--wide", action="store_true", help="time the serial and the wide merge for every S <= 64")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
     sms = _num_sms(torch.device("cuda"))
@@ -74,12 +70,7 @@ def main():
             splits = [int(s) for s in args.splits.split(",") if s]
             splits = splits or [s for s in (plan.num_splits // 2, plan.num_splits, plan.num_splits * 2) if 1 < s]
             variants = [(f"fixed S={s}", s, None, None) for s in splits]
-            fuse_max = 64 if args.wide else 2 * FIXED_MERGE_MAX_SPLITS
-            variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= fuse_max]
-            if args.wide:
-                group = hq // hkv
-                variants += [(f"wide S={s}", s, counters, None) for s in splits
-                             if s <= 64 and wide_merge_args(s, 1, group, 16)["WIDE_SPLITS"]]  # fmt: skip
+            variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
             for tile in args.tile:
                 block_n, stages = map(int, tile.split(","))
                 config = dict(BLOCK_N=block_n, num_stages=stages)
@@ -97,12 +88,9 @@ def main():
                     return decode_attention(*c.args, backend="triton", out=out)
                 return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr, config=config)[0]
 
-            # "fused": the merge in MERGE_UNROLL steps whenever --wide times the wide step beside it
-            serial = args.wide and label.startswith("fused")
-            with patch.object(triton_splitk, "MERGE_WIDE_ROWS", 0) if serial else contextlib.nullcontext():
-                first = max_err(fn(case), ref)
-                us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
-                err = max_err(fn(case), ref)
+            first = max_err(fn(case), ref)
+            us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
+            err = max_err(fn(case), ref)
             ok = first < 2e-2 and err < 2e-2 and int(counters.abs().sum()) == 0
             assert ok or args.timing_only, (name, label, first, err, counters.nonzero())
             is_plan = s == plan.num_splits and config is None and (ctr is None) == (plan.counters is None)

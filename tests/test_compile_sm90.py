@@ -51,7 +51,7 @@ BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=2 if KV != "*bf16" else 0, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
             INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
-            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, MERGE_H=1, WIDE_SPLITS=0)
+            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True)
 INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3)
 PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
@@ -68,9 +68,7 @@ for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_T
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
 # the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2
-for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES),
-              dict(NUM_SPLITS=8, FUSED_MAX=64, MERGE_H=4, WIDE_SPLITS=8, **PREFETCH),
-              dict(NUM_SPLITS=5, FUSED_MAX=64, Q_LEN=4, MERGE_H=16, WIDE_SPLITS=8, **FEATURES)):
+for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx, extra
 for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATURES)):
@@ -125,8 +123,7 @@ BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT
             Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, NUM_SPLITS=0, FUSED_MAX=0,
             MERGE_UNROLL=triton_splitk.MERGE_UNROLL, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1,
             SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
-            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, MERGE_H=1,
-            WIDE_SPLITS=0)
+            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
 variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
@@ -138,10 +135,6 @@ variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b),
 variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)) for g in (4, 6, 7, 8)
              for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
                                      WAVE_SAT=3))]
-# fixed splits merged in one wide step (wide_merge_args: at most MERGE_WIDE_ROWS partial rows)
-variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, FUSED_MAX=64, NUM_SPLITS=8, MERGE_H=8,
-                      WIDE_SPLITS=8)) for g in (6, 7, 8)]
-variants += [(1, dict(FUSED_MAX=64, NUM_SPLITS=64, MERGE_H=1, WIDE_SPLITS=64))]
 for group, extra in variants:
     consts = {**BASE, "GROUP": group, **extra}
     sig, attrs = {}, {}

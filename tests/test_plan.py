@@ -131,18 +131,12 @@ def test_fixed_splits_merged_in_the_last_program(device, small_gpu):
     assert max_err(out, combined[0]) <= 1e-6 and lse_err(lse, combined[1]) <= 1e-6
 
 
-@pytest.mark.parametrize(
-    "splits, wide_rows, wide", [(2, 64, 0), (3, 64, 0), (8, 0, 0), (8, 32, 8), (5, 64, 8), (16, 64, 16), (16, 32, 0)]
-)
-def test_fixed_splits_merged_in_the_last_program_match_the_combine(splits, wide_rows, wide, device, monkeypatch):
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_fixed_splits_merged_in_the_last_program_match_the_combine(splits, device):
     """decode_splitk(counters=...) merges S fixed splits in the last split program: all at once up to
-    MERGE_UNROLL_ALL splits (2, 3); beyond it in one ``merge_wide`` step while S (padded to a power of two) times
-    the group's 4 query rows is at most MERGE_WIDE_ROWS (8 of 32 rows, 5 padded to 8, 16 of 64), else in
-    MERGE_UNROLL steps (8 with the wide step off, 16 of 32). Ragged lengths: an empty sequence, one shorter than S
-    tiles (empty splits) and ones with a token in every split; within 1e-6 of the same splits merged by the combine
-    launch, and the counters back at zero."""
-    monkeypatch.setattr(triton_splitk, "MERGE_WIDE_ROWS", wide_rows)
-    assert triton_splitk.wide_merge_args(splits, 1, 4, 16)["WIDE_SPLITS"] == wide
+    MERGE_UNROLL_ALL splits (2, 3), in MERGE_UNROLL steps beyond it (8). Ragged lengths: an empty sequence, one
+    shorter than S tiles (empty splits) and ones with a token in every split; within 1e-6 of the same splits merged
+    by the combine launch, and the counters back at zero."""
     c = _case([0, 37, 700, 520], device, seed=5)
     scale = c.q.shape[-1] ** -0.5
     counters = torch.zeros(4 * 8, dtype=torch.int32, device=c.q.device)
