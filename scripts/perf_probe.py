@@ -30,7 +30,6 @@ torch.profiler, for the variants in PROFILED); prints every variant's graph µs 
     python scripts/perf_probe.py fusedtile  # the fused merge's tile, grid order and merge against fixed splits
     python scripts/perf_probe.py grid       # the planned launch's grid (exact, idle slots, order) against fixed
     python scripts/perf_probe.py grid2      # trailing idle CTAs: fixed splits padded to 4, 8 per SM, planned slots
-    python scripts/perf_probe.py minchunk   # auto with and without the planned cut's short chunks lengthened
 """
 
 import itertools
@@ -293,15 +292,6 @@ FIXEDALL_VARIANTS = [("auto", dict(), "auto"), ("fixed", dict(), "fixed"), ("aut
 GATE_VARIANTS = [("single", dict(), "single"), ("planned", dict(), "planned"), ("dual", dict(), "dual"),
                  ("dual_again", dict(), "dual")]
 THRESHOLD_VARIANTS = [("rule", dict(), "planned"), ("single", dict(), "single"), ("dual", dict(), "dual")]
-# `perf_probe.py minchunk`: small batches (the planned path: fewer than 2 single-pass programs per SM) and the anchor
-# rows auto plans, with and without PLANNED_MIN_CHUNK_TILES
-MINCHUNK_ROWS = [Row([n] * b, hq, hkv) for hq, hkv in ((32, 8), (12, 2), (28, 4)) for b in (1, 2, 4, 8)
-                 for n in (1024, 4096, 16384)] + [
-    Row([2048], 28, 4), Row([2048] * 8, 28, 4), Row([4096] * 16, 12, 2), Row([1024] * 64, 12, 2),
-    Row([16384] * 4, 12, 2), Row([65536], 12, 2), Row([131072], 12, 2), Row([131072] + [1024] * 63, 32, 8),
-]  # fmt: skip
-MINCHUNK_VARIANTS = [("auto", dict(), "auto"), ("min0", dict(PLANNED_MIN_CHUNK_TILES=0), "auto"),
-                     ("auto_again", dict(), "auto")]  # fmt: skip
 # (name, module attributes to set, mode); the first is the baseline. mode: "planned" (decode_splitk as auto calls
 # it), "fixed" (num_splits S for each S with 1.5-9 programs per SM: no planner, a combine launch), "single"
 VARIANTS = [
@@ -320,8 +310,7 @@ DEFAULTS = {k: getattr(triton_splitk, k) for k in
             ("COMBINE_WIDE", "SMALL_GROUP_SPLIT_TILE", "SATURATION_PER_SM", "FUSED_COMBINE", "MERGE_UNROLL",
              "INLINE_PLAN_MAX_BATCH", "FUSED_EXPECTED_CHUNKS", "PARTIAL_HEADS_FIRST", "PLANNER_SATURATION",
              "EXTRA_PROGRAMS_PER_SM", "COMBINE_BLOCK_S", "WAVE_SATURATION", "CHUNK_OVERHEAD_TOKENS", "TAIL_SPLIT",
-             "TAIL_WAVES", "TAIL_FULLER", "grid_chunks", "FIXED_GRID_SLOTS", "FIXED_HEADS_FIRST",
-             "PLANNED_MIN_CHUNK_TILES")}
+             "TAIL_WAVES", "TAIL_FULLER", "grid_chunks", "FIXED_GRID_SLOTS", "FIXED_HEADS_FIRST")}
 
 
 def set_variant(attrs):
@@ -377,7 +366,7 @@ MODES = {
     "idle": (IDLE_ROWS, IDLE_VARIANTS), "hint": (HINT_ROWS, HINT_VARIANTS),
     "fixedall": (FIXEDALL_ROWS, FIXEDALL_VARIANTS), "store": (STORE_ROWS, STORE_VARIANTS),
     "direct": (DIRECT_ROWS, DIRECT_VARIANTS), "grid": (GRID_ROWS, GRID_VARIANTS),
-    "grid2": (GRID2_ROWS, GRID2_VARIANTS), "minchunk": (MINCHUNK_ROWS, MINCHUNK_VARIANTS),
+    "grid2": (GRID2_ROWS, GRID2_VARIANTS),
 }  # fmt: skip
 # the modes whose "single" variants run on every row (the others: only on SINGLE_ROWS)
 SINGLE_ON_SOME_ROWS = ("", "fused")

@@ -51,21 +51,19 @@ BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=2 if KV != "*bf16" else 0, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
             INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
-            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, LOG2_MIN_TILES=0)
+            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True)
 INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3)
 PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
     for q_len in (1, 4):
         ptx = compile_sm90(triton_splitk._plan_kernel, dict(
             BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64,
-            HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0,
-            LOG2_MIN_TILES=2 * window)).asm["ptx"]
+            HAS_WINDOW=window, Q_LEN=q_len, USE_PDL=True, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0)).asm["ptx"]
         assert "griddepcontrol.launch_dependents" in ptx
 for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
               dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES),
               dict(NUM_SPLITS=0, **INLINE), dict(NUM_SPLITS=0, Q_LEN=4, **INLINE, **FEATURES),
-              dict(NUM_SPLITS=0, **INLINE, **PREFETCH), dict(NUM_SPLITS=0, **INLINE, **PREFETCH, LOG2_MIN_TILES=2),
-              dict(NUM_SPLITS=4, **PREFETCH, **FEATURES),
+              dict(NUM_SPLITS=0, **INLINE, **PREFETCH), dict(NUM_SPLITS=4, **PREFETCH, **FEATURES),
               dict(NUM_SPLITS=4, **PREFETCH, OFFS_I32=False)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
@@ -81,16 +79,15 @@ ptx = compile_sm90(triton_single._decode_single_kernel, {**BASE, **PREFETCH, **F
 assert "griddepcontrol.launch_dependents" in ptx
 compile_sm90(triton_splitk._plan_kernel, dict(
     BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64, HAS_WINDOW=True,
-    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64, WAVE_SAT=0, LONG_MEAN=1024, LOG2_MIN_TILES=2))
+    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64, WAVE_SAT=0, LONG_MEAN=1024))
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64, EVEN_B=256, LONG_MEAN=1024),
               dict(NUM_SPLITS=0, EVEN_B=16, **INLINE, **PREFETCH)):
     compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra})
 COMBINE = dict(NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, USE_PDL=True,
                MERGED_MAX=64, NUM_SMS=132, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4, NUM_CAND=1,
-               SATURATION=4, OVERHEAD=32, HAS_WINDOW=False, Q_LEN=1, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0,
-               LOG2_MIN_TILES=0)
+               SATURATION=4, OVERHEAD=32, HAS_WINDOW=False, Q_LEN=1, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0)
 for sinks in (False, True):
-    for inline in ({}, dict(INLINE, BLOCK_N=32, LOG2_BLOCK_N=5, MERGED_MAX=1, HAS_WINDOW=True, LOG2_MIN_TILES=2)):
+    for inline in ({}, dict(INLINE, BLOCK_N=64, LOG2_BLOCK_N=6, MERGED_MAX=1, HAS_WINDOW=True)):
         ptx = compile_sm90(triton_splitk._combine_kernel, {**COMBINE, **inline, "HAS_SINKS": sinks}).asm["ptx"]
         assert "griddepcontrol.wait" in ptx
 compile_sm90(triton_splitk._combine_kernel, {**COMBINE, "HAS_SINKS": False, "EVEN_B": 64, "HAS_WINDOW": True,
@@ -126,7 +123,7 @@ BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT
             Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, NUM_SPLITS=0, FUSED_MAX=0,
             MERGE_UNROLL=triton_splitk.MERGE_UNROLL, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1,
             SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
-            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, LOG2_MIN_TILES=0)
+            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
 variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
@@ -137,7 +134,7 @@ variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b),
 # the prefetching 32-token tile (launch_config's PREFETCH_TILE), planner-fed and in place
 variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)) for g in (4, 6, 7, 8)
              for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
-                                     WAVE_SAT=3, LOG2_MIN_TILES=2))]
+                                     WAVE_SAT=3))]
 for group, extra in variants:
     consts = {**BASE, "GROUP": group, **extra}
     sig, attrs = {}, {}

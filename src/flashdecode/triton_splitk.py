@@ -162,10 +162,6 @@ FIXED_MERGE_MAX_SPLITS = 4
 # (1 x 4096 12/2 6.1 -> 7.0, 2 x 2048 28/4 7.2 -> 7.3, but 1 x 2048 28/4 6.4 -> 5.7, 2 x 4096 12/2 8.2 -> 7.6), and
 # at 128-token splits too (12 x 2048 12/2 11.8 -> 12.5, 8 x 2048 28/4 14.2 -> 13.6). 0: the cut's S
 FIXED_MIN_SPLIT_TILES = 4
-# ...and the planned cut (the planner kernel, the in-place plan) likewise: with PREFETCH_TILE, a cut into chunks
-# shorter than this many tiles takes the next candidate (twice as long) while that still gives every SM a program
-# (Hkv * chunks >= #SMs). 0: the cost model's cut (measurements in docs/design.md)
-PLANNED_MIN_CHUNK_TILES = 4
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
@@ -239,7 +235,7 @@ def _chunk_layout(
     SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, LOG2_MIN_TILES: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
 
@@ -257,10 +253,7 @@ def _chunk_layout(
     max(r, WAVE_SAT) (fewer than WAVE_SAT do not reach the SM's bandwidth), and the longest chunk WAVE_SAT * (min(C_k,
     max L) + OVERHEAD): a batch cut into slightly more programs than fit at once pays for its second wave. The
     cheapest feasible candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a
-    compile-time constant (one per device), so the division by it is a multiply and a shift. With LOG2_MIN_TILES > 0
-    (PLANNED_MIN_CHUNK_TILES = 2^LOG2_MIN_TILES) a winner shorter than that many tiles is doubled while the doubled
-    cut keeps Hkv * N >= S (the model's wave floor prices an SM of fewer programs as a full one; short chunks
-    never leave the pipeline's prologue).
+    compile-time constant (one per device), so the division by it is a multiply and a shift.
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
     """
     offs_b = tl.arange(0, BLOCK_B)
@@ -291,11 +284,6 @@ def _chunk_layout(
     # infeasible candidates lose; the index in the low bits breaks ties toward the larger chunk
     key = tl.where(count <= max_chunks, cost, 1 << 40) * NUM_CAND + (NUM_CAND - 1 - offs_k)
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
-    for _ in tl.static_range(LOG2_MIN_TILES):
-        # the next candidate's chunks; lengthen while short and every SM still gets a program
-        count_next = tl.sum(tl.where(offs_k == k_best + 1, count, 0), axis=0)
-        longer = (k_best < LOG2_MIN_TILES) & (k_best + 1 < NUM_CAND) & (count_next * num_kv_heads >= NUM_SMS)
-        k_best = tl.where(longer, k_best + 1, k_best)
     chunk = BLOCK_N << k_best.to(tl.int32)
     n = tl.where(mine, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
     return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens
@@ -307,7 +295,7 @@ def _plan_kernel(
     NUM_SMS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr,
     NUM_CAND: tl.constexpr, SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr,
     HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0,
-    WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0, LOG2_MIN_TILES: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
@@ -327,7 +315,7 @@ def _plan_kernel(
             return
     chunk, n, incl, offs_b, lens = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, LOG2_MIN_TILES,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -356,7 +344,7 @@ def inline_chunk(
     NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, LOG2_MIN_TILES: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
@@ -364,7 +352,7 @@ def inline_chunk(
     writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, LOG2_MIN_TILES,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
@@ -619,7 +607,6 @@ def _partial_kernel(
     LONG_MEAN: tl.constexpr = 0,
     OFFS_I32: tl.constexpr = False,
     LAST: tl.constexpr = False,
-    LOG2_MIN_TILES: tl.constexpr = 0,
 ):
     first_seq = 0
     if EVEN_B:
@@ -649,7 +636,7 @@ def _partial_kernel(
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, LOG2_MIN_TILES,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         single = count == 1
     else:
@@ -725,7 +712,6 @@ def _combine_kernel(
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
-    LOG2_MIN_TILES: tl.constexpr = 0,
 ):
     first_seq = 0
     if EVEN_B:
@@ -745,7 +731,7 @@ def _combine_kernel(
         # that it overlaps the partial kernel's last programs
         _, _, _, _, first, count = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, LOG2_MIN_TILES,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
         if count <= MERGED_MAX:
             # written by its partial program
@@ -842,10 +828,9 @@ def wave_saturation(saturation: int) -> int:
 
 
 def chunk_size(
-    visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None, log2_min_tiles=0
+    visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation=None
 ) -> int:  # fmt: skip
-    """Planned mode: the chunk size ``_chunk_layout`` picks for these visible lengths (``chunk_plan``'s cut), with
-    its LOG2_MIN_TILES (``planned_min_tiles``)."""
+    """Planned mode: the chunk size ``_chunk_layout`` picks for these visible lengths (``chunk_plan``'s cut)."""
     saturation = SATURATION_PER_SM if saturation is None else saturation
     wave_sat = wave_saturation(saturation)
     max_len, total = max(visible, default=0), sum(visible)
@@ -866,25 +851,19 @@ def chunk_size(
             cost = max(per_sm * (mean + CHUNK_OVERHEAD_TOKENS), saturation * longest)
         key = ((cost if count <= max_chunks else 1 << 40), -k)
         if best is None or key < best[0]:
-            best = (key, k)
-    k = best[1]
-    for _ in range(log2_min_tiles):
-        count_next = sum(times * max(cdiv(n, block_n << (k + 1)), 1) for n, times in lengths)
-        if k < log2_min_tiles and k + 1 < num_cand and count_next * num_kv_heads >= num_sms:
-            k += 1
-    return block_n << k
+            best = (key, cand)
+    return best[1]
 
 
 def chunk_plan(
-    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None,
-    log2_min_tiles=0,
+    seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None
 ) -> list[tuple[int, int, int]]:  # fmt: skip
     """Planned mode: (sequence, start, end) of every chunk, in chunk order, exactly as ``_chunk_layout`` cuts
     (over each sequence's visible tokens; saturation: the planner's programs per SM, SATURATION_PER_SM unless
-    given; log2_min_tiles: ``planned_min_tiles``)."""
+    given)."""
     firsts = [visible_start(n, window_left, q_len) for n in seqlens]
     visible = [n - f for n, f in zip(seqlens, firsts)]
-    chunk = chunk_size(visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, log2_min_tiles)
+    chunk = chunk_size(visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation)
     # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf)
     starts = [range(f, n, chunk) if n > f else [f] for n, f in zip(seqlens, firsts)]
     return [(b, s, min(s + chunk, n)) for b, (n, ss) in enumerate(zip(seqlens, starts)) for s in ss]
@@ -900,7 +879,7 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, dual_path=False, long_mean=0, tail_first=0, chain=False, log2_min_tiles=0,
+    counters=None, dual_path=False, long_mean=0, tail_first=0, chain=False,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
@@ -908,8 +887,7 @@ def launch_plan(
     PDL itself, as a call's first kernel (``chain_pdl``). counters: the fused
     combine's int32 arrival counters, zeroed by the planner (None: not fused). dual_path: launched after the
     single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch (of mean
-    visible length < long_mean, if > 0; an even batch of longer ones is cut from sequence tail_first on).
-    log2_min_tiles: ``planned_min_tiles``."""
+    visible length < long_mean, if > 0; an even batch of longer ones is cut from sequence tail_first on)."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -924,15 +902,14 @@ def launch_plan(
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
         EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and (dual_path or chain) else {}),
-        WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean, LOG2_MIN_TILES=log2_min_tiles,
+        WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean,
     )  # fmt: skip
     return plan
 
 
 # the in-place plan's arguments of a partial kernel that reads the plan from PLAN instead (constant: no recompiles)
 _NO_INLINE_PLAN = dict(
-    NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0, WAVE_SAT=0,
-    LOG2_MIN_TILES=0,
+    NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0, WAVE_SAT=0
 )  # fmt: skip
 # ...and of a combine kernel, which also takes the lengths and what the partial kernel has anyway
 _NO_COMBINE_PLAN = dict(
@@ -1046,20 +1023,13 @@ def inline_block_b(batch: int) -> int:
     return next_power_of_2(batch) if batch <= 2 else max(8, next_power_of_2(batch))
 
 
-def inline_plan_args(batch, num_sms, block_n, num_cand, saturation, log2_min_tiles=0) -> dict:
+def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
     """The partial kernel's arguments for computing the planned cut in place (``inline_chunk``), beside the lengths,
     window and BLOCK_N it takes anyway."""
     return dict(
         NUM_SMS=num_sms, INLINE_PLAN=True, BLOCK_B=inline_block_b(batch), LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, WAVE_SAT=wave_saturation(saturation),
-        LOG2_MIN_TILES=log2_min_tiles,
     )  # fmt: skip
-
-
-def planned_min_tiles(cfg: dict) -> int:
-    """The planned cut's LOG2_MIN_TILES for a partial tile: log2(PLANNED_MIN_CHUNK_TILES) with PREFETCH_TILE, else 0
-    (the cost model's cut)."""
-    return PLANNED_MIN_CHUNK_TILES.bit_length() - 1 if PLANNED_MIN_CHUNK_TILES and uses_prefetch_tile(cfg) else 0
 
 
 def launch_combine(
@@ -1183,7 +1153,7 @@ def decode_splitk(
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
-        inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation, planned_min_tiles(cfg))
+        inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
@@ -1196,7 +1166,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, dual_path, long_mean, tail_first, chain, planned_min_tiles(cfg),
+            counters, dual_path, long_mean, tail_first, chain,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
