@@ -13,14 +13,11 @@ on purpose, to see what that work costs). A row whose plan is the single pass ti
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
 times fixed splits with that partial tile (BLOCK_N, stages) too, as ``decode_splitk(config=...)`` takes it.
 ``--no-combine`` also times each combine-launched variant without its combine launch (timing only: the output is
-not merged), to see what the combine costs. ``--rows-merge`` times the merge in the last program for every S up to
-64: "fused" as before MERGE_ALL_ROWS (MERGE_ALL_ROWS 0: S <= 4 in one unrolled step of BLOCK_H rows, more in steps
-of MERGE_UNROLL), "rows" with every split's padded query rows at once where ``merge_rows`` allows it.
+not merged), to see what the combine costs.
 """
 
 import argparse
 import itertools
-import contextlib
 from unittest.mock import patch
 
 import torch
@@ -30,7 +27,7 @@ from flashdecode import decode_attention, plan_decode, triton_splitk
 from flashdecode.bench import probe_case
 from flashdecode.check import max_err
 from flashdecode.api import _num_sms
-from flashdecode.triton_splitk import FIXED_MERGE_MAX_SPLITS, decode_splitk, merge_fixed_in_partial, merge_rows
+from flashdecode.triton_splitk import FIXED_MERGE_MAX_SPLITS, decode_splitk, merge_fixed_in_partial
 
 # (lengths, Hq, Hkv)
 ROWS = [
@@ -51,7 +48,6 @@ def main():
     ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
     ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages: a partial tile to time too")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
-    ap.add_argument("--rows-merge", action="store_true", help="the merge before and with MERGE_ALL_ROWS, S <= 64")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
     sms = _num_sms(torch.device("cuda"))
@@ -74,11 +70,7 @@ def main():
             splits = [int(s) for s in args.splits.split(",") if s]
             splits = splits or [s for s in (plan.num_splits // 2, plan.num_splits, plan.num_splits * 2) if 1 < s]
             variants = [(f"fixed S={s}", s, None, None) for s in splits]
-            fuse_max = 64 if args.rows_merge else 2 * FIXED_MERGE_MAX_SPLITS
-            variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= fuse_max]
-            if args.rows_merge:
-                variants += [(f"rows S={s}", s, counters, None) for s in splits
-                             if s <= 64 and merge_rows(s, 1, hq // hkv, 16)]  # fmt: skip
+            variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
             for tile in args.tile:
                 block_n, stages = map(int, tile.split(","))
                 config = dict(BLOCK_N=block_n, num_stages=stages)
@@ -96,12 +88,9 @@ def main():
                     return decode_attention(*c.args, backend="triton", out=out)
                 return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr, config=config)[0]
 
-            # "fused" under --rows-merge: the merge as it was before MERGE_ALL_ROWS
-            before = args.rows_merge and label.startswith("fused")
-            with patch.object(triton_splitk, "MERGE_ALL_ROWS", 0) if before else contextlib.nullcontext():
-                first = max_err(fn(case), ref)
-                us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
-                err = max_err(fn(case), ref)
+            first = max_err(fn(case), ref)
+            us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
+            err = max_err(fn(case), ref)
             ok = first < 2e-2 and err < 2e-2 and int(counters.abs().sum()) == 0
             assert ok or args.timing_only, (name, label, first, err, counters.nonzero())
             is_plan = s == plan.num_splits and config is None and (ctr is None) == (plan.counters is None)

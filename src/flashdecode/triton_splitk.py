@@ -174,10 +174,6 @@ MERGE_UNROLL = 2
 # us, but S 8 26.1 -> 27.0-27.3 (there ptxas interleaves the loads with the math), S 16 25.3 -> 24.0 (not merged in
 # the partial: the combine launch takes 22.8)
 MERGE_UNROLL_ALL = tl.constexpr(4)
-# ...or, counted in partial rows: S splits x the head block's query rows padded to a power of two (MERGE_H, not
-# tl.dot's 16: 8 for groups 5-8, 1 for one query head) merge in one unrolled step while S * MERGE_H is at most this
-# (S <= 8 for groups 5-8, <= 64 for MHA); 0: MERGE_UNROLL_ALL splits of BLOCK_H rows
-MERGE_ALL_ROWS = 64
 # tile classes (split_config) whose planned partial grid is (Hkv * head blocks, chunk slots): the KV heads of one chunk
 # are dispatched together, as in the single pass, and unused slots come last; the others (chunk slots, heads). H200,
 # perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
@@ -480,7 +476,7 @@ def merge_if_last(
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
-    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, MERGE_H: tl.constexpr = 0,
+    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0,
 ):  # fmt: skip
     """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
     program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
@@ -500,64 +496,40 @@ def merge_if_last(
     if count <= FUSED_MAX:
         tl.debug_barrier()
         arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
-        if MERGE_H > 0:
-            if arrived == count - 1:
-                # fixed mode, S * MERGE_H <= MERGE_ALL_ROWS: every split's [MERGE_H, BLOCK_D] rows loaded at once
-                row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, MERGE_H)
-                offs_d = tl.arange(0, BLOCK_D)
-                in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
-                m_i = tl.full([MERGE_H], float("-inf"), tl.float32)
-                l_i = tl.zeros([MERGE_H], tl.float32)
-                acc = tl.zeros([MERGE_H, BLOCK_D], tl.float32)
+        if arrived == count - 1:
+            row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
+            offs_d = tl.arange(0, BLOCK_D)
+            # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
+            in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
+            # the combine's online softmax over chunk LSEs (natural log), [BLOCK_H] rows at once
+            m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+            l_i = tl.zeros([BLOCK_H], tl.float32)
+            acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+            if NUM_SPLITS > 0 and NUM_SPLITS <= MERGE_UNROLL_ALL:
+                # fixed mode: the split count is a constant, so the loads of every split can issue at once
                 for j in tl.static_range(NUM_SPLITS):
                     m_i, l_i, acc = merge_chunk(
                         m_i, l_i, acc, O_PART, LSE_PART, first + j, mask_h, in_chunk, offs_d, num_q_heads, Q_LEN,
                         BLOCK_D,
                     )  # fmt: skip
-                empty = l_i == 0.0
-                out = acc / tl.where(empty, 1.0, l_i)[:, None]
-                lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
-                store_group(
-                    OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
-                    GROUP, HEAD_DIM, MERGE_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
-                )  # fmt: skip
+            else:
+                end = first + count
+                for c0 in range(first, end, UNROLL):
+                    for j in tl.static_range(UNROLL):
+                        m_i, l_i, acc = merge_chunk(
+                            m_i, l_i, acc, O_PART, LSE_PART, c0 + j, mask_h & (c0 + j < end), in_chunk, offs_d,
+                            num_q_heads, Q_LEN, BLOCK_D,
+                        )  # fmt: skip
+            empty = l_i == 0.0
+            out = acc / tl.where(empty, 1.0, l_i)[:, None]
+            lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
+            store_group(
+                OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
+                GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
+            )  # fmt: skip
+            if NUM_SPLITS > 0:
                 # fixed mode has no planner to zero the counters: every arrival is in, so reset it for the next call
                 tl.store(COUNTERS + slot, 0)
-        else:
-            if arrived == count - 1:
-                row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
-                offs_d = tl.arange(0, BLOCK_D)
-                # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
-                in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
-                # the combine's online softmax over chunk LSEs (natural log), [BLOCK_H] rows at once
-                m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-                l_i = tl.zeros([BLOCK_H], tl.float32)
-                acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-                if NUM_SPLITS > 0 and NUM_SPLITS <= MERGE_UNROLL_ALL:
-                    # fixed mode: the split count is a constant, so the loads of every split can issue at once
-                    for j in tl.static_range(NUM_SPLITS):
-                        m_i, l_i, acc = merge_chunk(
-                            m_i, l_i, acc, O_PART, LSE_PART, first + j, mask_h, in_chunk, offs_d, num_q_heads, Q_LEN,
-                            BLOCK_D,
-                        )  # fmt: skip
-                else:
-                    end = first + count
-                    for c0 in range(first, end, UNROLL):
-                        for j in tl.static_range(UNROLL):
-                            m_i, l_i, acc = merge_chunk(
-                                m_i, l_i, acc, O_PART, LSE_PART, c0 + j, mask_h & (c0 + j < end), in_chunk, offs_d,
-                                num_q_heads, Q_LEN, BLOCK_D,
-                            )  # fmt: skip
-                empty = l_i == 0.0
-                out = acc / tl.where(empty, 1.0, l_i)[:, None]
-                lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
-                store_group(
-                    OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
-                    GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
-                )  # fmt: skip
-                if NUM_SPLITS > 0:
-                    # fixed mode has no planner to zero the counters: every arrival is in, so reset it for the next call
-                    tl.store(COUNTERS + slot, 0)
 
 
 @triton.jit
@@ -635,7 +607,6 @@ def _partial_kernel(
     LONG_MEAN: tl.constexpr = 0,
     OFFS_I32: tl.constexpr = False,
     LAST: tl.constexpr = False,
-    MERGE_H: tl.constexpr = 0,
 ):
     first_seq = 0
     if EVEN_B:
@@ -697,7 +668,6 @@ def _partial_kernel(
             batch, max_chunks,
             stride_ob, stride_ot, stride_oh, num_q_heads,
             GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL, NUM_SPLITS,
-            MERGE_H,
         )  # fmt: skip
 
 
@@ -1038,14 +1008,6 @@ def fixed_split_count(splits: int, chunk: int, cfg: dict, programs_per_split: in
     return splits
 
 
-def merge_rows(num_splits: int, q_len: int, group: int, block_h: int) -> int:
-    """The fused merge's MERGE_H for S = num_splits fixed splits: the head block's query rows padded to a power of
-    two when S of them fit MERGE_ALL_ROWS (all splits loaded at once, with fewer padding rows than BLOCK_H), else 0
-    (MERGE_UNROLL_ALL splits of BLOCK_H rows at once, or steps of MERGE_UNROLL)."""
-    merge_h = min(block_h, next_power_of_2(q_len * group))
-    return merge_h if num_splits > 1 and num_splits * merge_h <= MERGE_ALL_ROWS else 0
-
-
 def merge_fixed_in_partial(batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int) -> bool:
     """Whether fixed splits should merge in the last split program (``decode_splitk(counters=...)``) rather than in
     a combine launch: few splits a sequence (FIXED_MERGE_MAX_SPLITS) and (sequence, row) pairs for every SM."""
@@ -1228,7 +1190,6 @@ def decode_splitk(
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache), LAST=not combine,
-        MERGE_H=merge_rows(fixed, q_len, group, cfg["BLOCK_H"]) if fused_fixed else 0,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs
         programs_per_sm=None if fixed else saturation,
     )  # fmt: skip
