@@ -218,6 +218,13 @@ def test_out_overlapping_an_input_is_refused(device, no_launch):
     pages = c.k_cache.view(-1)[: c.q.numel()].view(c.q.shape)
     with pytest.raises(ValueError, match="out must not share memory with k_cache"):
         decode_attention(*c.args, out=pages)
+    # out a tensor subclass: the check reads the addresses itself (the cached launcher's list is not made)
+    with pytest.raises(ValueError, match="out must not share memory with k_cache"):
+        decode_attention(*c.args, out=pages.as_subclass(_Marked))
+
+
+class _Marked(torch.Tensor):
+    """A tensor subclass with nothing added."""
 
 
 def test_out_overlap_is_checked_on_every_call(device, monkeypatch):

@@ -154,23 +154,27 @@ def decode_attention(
         )
     q_shape = q.shape
     batch, head_dim = q_shape[0], q_shape[-1]
-    if out is None:
-        out = torch.empty(q_shape, dtype=q.dtype, device=q.device)
+    out_given = out is not None
+    if not out_given:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (faster than torch.empty(shape, ...))
     lse = torch.empty(q_shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
+    # the features' tensors are inputs like q (new addresses each call), their other fields part of the launch key;
+    # a plan's merge counters are an input too: the replay finds them by address (the key holds the plan)
+    feature_fields, feature_tensors = features.launch_key_parts
+    counters = plan.counters if plan is not None else None
+    inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse) + feature_tensors + (counters,)
+    # every address read once, for the overlap check and the cached launcher's key (None: a tensor subclass)
+    ptrs = launcher.addresses(inputs)
+    if out_given:
+        _check_out_overlap(inputs, ptrs, meta)
     if batch > 0:
-        # the cached launcher (launcher.py) replays calls whose metadata passed the checks; the features' tensors
-        # are inputs like q (new addresses each call), their other fields part of the key
-        feature_fields, feature_tensors = features.launch_key_parts
-        # a plan's merge counters are an input too: the replay finds them by address (the key holds the plan)
-        counters = plan.counters if plan is not None else None
-        inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse) + feature_tensors + (counters,)
+        # the cached launcher (launcher.py) replays calls whose metadata passed the checks
         key = None
-        if meta is not None and not checked and launcher.ENABLED:
+        if ptrs is not None and not checked and launcher.ENABLED:
             device = torch.cuda.current_device() if q.is_cuda else None
             options = (backend, num_splits, softmax_scale, bool(return_lse), deterministic, device, feature_fields, plan)
-            ptrs = launcher.addresses(inputs)
-            key = (meta, options, launcher.address_key(ptrs)) if ptrs is not None else None
-            if key is not None and launcher.replay(key, inputs, device, ptrs):
+            key = (meta, options, launcher.address_key(ptrs))
+            if launcher.replay(key, inputs, device, ptrs):
                 return (out, lse) if return_lse else out
         # [B, 1, Hq, D] -> [B, Hq, D] views: no copy, strides kept
         one = len(q_shape) == 4 and q_shape[1] == 1
@@ -396,9 +400,9 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
     """Raise TypeError / ValueError naming the argument, the expected and the actual value.
 
     Takes the caches after ``_as_paged`` (NHD views), so shapes are read in one order; messages name the
-    caller's layout (``dense``: block_table was None). The metadata checks run once per distinct metadata key;
-    whether out shares memory with an input depends on addresses, so it is checked on every call. Returns the
-    metadata's ``_Checked`` entry (None when an argument is not a tensor), which the cached launcher's key holds."""
+    caller's layout (``dense``: block_table was None). The metadata checks run once per distinct metadata key.
+    Whether out shares memory with an input depends on addresses: the caller checks it on every call
+    (``_check_out_overlap``). Returns the metadata's ``_Checked`` entry, which the cached launcher's key holds."""
     inputs = (q, k_cache, v_cache, cache_seqlens, block_table)
     key = _meta_key(inputs, out, kv_layout, dense)
     checked = _CHECKED_META.get(key) if key is not None else None
@@ -409,9 +413,7 @@ def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="N
             if len(_CHECKED_META) >= _CHECKED_META_MAX:
                 _CHECKED_META.clear()
             _CHECKED_META[key] = checked
-    if out is not None:
-        _check_out_overlap(inputs, out, checked.extents, checked.out_span)
-    return checked if key is not None else None
+    return checked
 
 
 class _Checked:
@@ -453,20 +455,25 @@ def _extent(t: torch.Tensor) -> int:
     return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
-def _check_out_overlap(inputs, out, extents, out_span):
+def _check_out_overlap(inputs, ptrs, checked):
     """out may be q itself (each program reads its q rows before writing the same out rows), nothing else that
     shares memory with an input: compared by address range, so a view interleaved with q is refused too.
 
-    ``extents`` / ``out_span`` come from the metadata (``_validate``); the addresses are read here, every call."""
-    out_extent, same_strides = out_span
+    inputs: (q, k_cache, v_cache, cache_seqlens, block_table, out, ...); ptrs: their addresses (None: read here);
+    checked: the metadata's ``_Checked`` (``_validate``), with the byte extents."""
+    out_extent, same_strides = checked.out_span
     if out_extent == 0:
         return
-    out0 = out.data_ptr()
-    same_as_q = same_strides and out0 == inputs[0].data_ptr()
-    for i, (t, extent) in enumerate(zip(inputs, extents)):
-        start = t.data_ptr()
+    out = inputs[5]
+    if ptrs is None:
+        ptrs = [t.data_ptr() for t in inputs[:6]]
+    out0 = ptrs[5]
+    same_as_q = same_strides and out0 == ptrs[0]
+    for i, extent in enumerate(checked.extents):
+        start = ptrs[i]
         # address ranges intersect and the same allocation (a separate one is never an overlap)
         if extent and start < out0 + out_extent and out0 < start + extent and not (i == 0 and same_as_q):
+            t = inputs[i]
             if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
                 raise ValueError(
                     f"out must not share memory with {_INPUT_NAMES[i]} (only out=q, the same view, is allowed); "
@@ -563,7 +570,8 @@ def _validate_features(q, k_cache, backend, softcap, alibi_slopes, sinks, window
     """Check the model-feature arguments (TypeError / ValueError naming them) and bundle them as
     ``triton_common.Features`` (imported lazily: it lives with the kernels, whose import reads TRITON_INTERPRET)."""
     q_len = q.shape[1] if q.dim() == 4 else 1
-    if all(x is None for x in (softcap, alibi_slopes, sinks, window_left, k_scale, v_scale)):
+    if softcap is None and alibi_slopes is None and sinks is None and window_left is None and k_scale is None \
+            and v_scale is None:
         # the common call: no feature argument to check, one shared (frozen) Features per (q_len, fp8)
         features, used = _plain_features(q_len, k_cache.dtype in _FP8_DTYPES)
     else:

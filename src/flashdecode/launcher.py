@@ -133,9 +133,10 @@ def address_key(ptrs) -> tuple:
     """How the inputs' addresses (``addresses``) relate, as a replay needs them unchanged: each address modulo 16
     (None for a missing input), and which inputs share an address (None when none do, the common case; else the
     index of the first input at each one's address)."""
-    align = tuple(p & 15 if p is not None else None for p in ptrs)
-    present = [p for p in ptrs if p is not None]
-    if len(set(present)) == len(present):
+    align = tuple([p & 15 if p is not None else None for p in ptrs])
+    distinct = set(ptrs)
+    distinct.discard(None)
+    if len(distinct) == len(ptrs) - ptrs.count(None):
         return align, None
     first = {}
     return align, tuple(first.setdefault(p, i) if p is not None else None for i, p in enumerate(ptrs))
