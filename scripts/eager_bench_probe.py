@@ -8,7 +8,7 @@ anchor's backends, rotated caches) on a few anchor rows, with each eager timing 
 
 Run on the GPU machine (the peers need scripts/gpu_env.sh):
 
-    python scripts/eager_bench_probe.py [--rows 256x256-12/2,16x4096-12/2,...] [--backends auto,auto_plan,...]
+    python scripts/eager_bench_probe.py [--rows 256x256-12/2,16x4096-12/2,... | anchor] [--backends auto,...]
 """
 
 import argparse
@@ -35,7 +35,7 @@ def main():
     parser.add_argument("--rows", default=DEFAULT_ROWS)
     parser.add_argument("--backends", default=DEFAULT_BACKENDS)
     opts = parser.parse_args()
-    rows = [parse_row(r) for r in opts.rows.split(",")]
+    rows = bench.PRESETS["anchor"]() if opts.rows == "anchor" else [parse_row(r) for r in opts.rows.split(",")]
     watch = {"hits": 0, "misses": 0}
     real_replay, real_time_gpu = launcher.replay, bench.time_gpu
 
