@@ -11,7 +11,7 @@ zero. Run on the GPU machine:
 starts so; ``--timing-only`` prints each variant's error instead of asserting it (for source variants that skip work
 on purpose, to see what that work costs). A row whose plan is the single pass times the single pass.
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
-times fixed splits with that partial tile (BLOCK_N, stages) too, as ``decode_splitk(config=...)`` takes it.
+times fixed splits with that partial tile (BLOCK_N, stages[, warps]) too, as ``decode_splitk(config=...)`` takes it.
 ``--no-combine`` also times each combine-launched variant without its combine launch (timing only: the output is
 not merged), to see what the combine costs.
 """
@@ -46,7 +46,7 @@ def main():
     ap.add_argument("--row", action="append", default=[], help="B,S,Hq,Hkv: a uniform row of its own (repeatable)")
     ap.add_argument("--timing-only", action="store_true", help="print errors instead of asserting them")
     ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
-    ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages: a partial tile to time too")
+    ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages[,warps]: a partial tile to time too")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
@@ -72,11 +72,12 @@ def main():
             variants = [(f"fixed S={s}", s, None, None) for s in splits]
             variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
             for tile in args.tile:
-                block_n, stages = map(int, tile.split(","))
-                config = dict(BLOCK_N=block_n, num_stages=stages)
+                block_n, stages, *warps = map(int, tile.split(","))
+                config = dict(BLOCK_N=block_n, num_stages=stages, **({"num_warps": warps[0]} if warps else {}))
+                tag = f"N{block_n}s{stages}" + (f"w{warps[0]}" if warps else "")
                 # merged as the plan would merge S splits
                 variants += [
-                    (f"N{block_n}s{stages}{' fused' * fuse} S={s}", s, counters if fuse else None, config)
+                    (f"{tag}{' fused' * fuse} S={s}", s, counters if fuse else None, config)
                     for s in splits for fuse in [merge_fixed_in_partial(len(lens), 1, hq, s, sms)]
                 ]  # fmt: skip
         for label, s, ctr, config in variants:
