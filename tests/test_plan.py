@@ -12,6 +12,7 @@ import torch
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
 from flashdecode import DecodePlan, api, decode_attention, plan_decode, triton_splitk
+from flashdecode import plan as plan_module
 from flashdecode.triton_common import launch_config, uses_prefetch_tile
 from flashdecode.triton_splitk import decode_splitk, fixed_split_count
 
@@ -173,6 +174,8 @@ def test_plan_lengthens_short_fixed_splits(lens, splits, device, small_gpu, monk
     splits (2 of 128 tokens, or 3 of a 384-token sequence), still merged in the last split program, and the output
     is within the reference's tolerance (NaN-filled out and lse)."""
     c = case(lens, 8, 2, 128, 16, torch.bfloat16, device, seed=6, extra_table_columns=20)
+    # 4 programs on the 4 SMs would take the single pass (SINGLE_FULL_*, the next test): off here
+    monkeypatch.setattr(plan_module, "SINGLE_FULL_MAX_TOKENS", 0)
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     monkeypatch.setattr(triton_splitk, "FIXED_MIN_SPLIT_TILES", 0)
     cut = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
@@ -182,6 +185,27 @@ def test_plan_lengthens_short_fixed_splits(lens, splits, device, small_gpu, monk
     ref_out, ref_lse = reference_of(c)
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
     assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
+@pytest.mark.parametrize(
+    "lens, single",
+    [([256, 256], True), ([1100, 1100], False), ([256, 256, 256], False), ([400, 20], False)],
+    ids=["fills-4-of-4", "longer-than-1024", "fills-6-of-8", "uneven"],
+)
+def test_plan_runs_the_single_pass_where_it_fills_the_sms(lens, single, device, small_gpu):
+    """SINGLE_FULL_*: on the grouped prefetching tile (bf16, head dim 128, 8/2 heads) an even batch of at most 1024
+    tokens a sequence whose single pass gives every SM 1 or 2 programs (4 programs on 4 SMs) runs the single pass; a
+    longer one, one that leaves SMs short (6 programs on 4 SMs: 2, 2, 1, 1) or an uneven one keeps the splits. The
+    single pass's output is within the reference's tolerance (NaN-filled out and lse)."""
+    c = case(lens, 8, 2, 128, 16, torch.bfloat16, device, seed=7, extra_table_columns=80)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert ((plan.backend, plan.num_splits) == ("triton", 1)) == single, plan.reason
+    assert single == plan.reason.startswith("even short lengths"), plan.reason
+    if single:
+        out, lse = decode_attention(*c.args, plan=plan, out=_nan_out(c), return_lse=True)
+        ref_out, ref_lse = reference_of(c)
+        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+        assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
 def test_plan_with_a_window_cuts_the_visible_tokens(device, small_gpu):

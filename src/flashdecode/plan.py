@@ -10,6 +10,8 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
 * shapes that ``auto`` sends to one backend outright (the single pass, PyTorch on CPU) keep it;
 * a dual-path call whose lengths are even and short: the single pass alone (the planned kernels would only test the
   lengths and return);
+* a planned call of even lengths of at most ``SINGLE_FULL_MAX_TOKENS`` whose single pass gives the SMs one or two
+  programs each, all but a few (``SINGLE_FULL_FILL``): the single pass, which has no merge to pay for;
 * a planned call (or the planned side of a dual-path call without a tail gate) of even lengths, or whose cut gives
   every non-empty sequence the same number of chunks: fixed splits, ``num_splits=k`` with k the most chunks the cut
   gives a sequence (for a uniform batch the same cut; each sequence's tiles dealt evenly to its k splits, without
@@ -33,6 +35,17 @@ from dataclasses import dataclass
 import torch
 
 __all__ = ["DecodePlan", "plan_decode"]
+
+# an even planned batch runs the single pass when that gives the SMs 1 or 2 programs each, on at least this share of
+# them, and its mean visible length is at most this many tokens: the split's merge then costs more than the idle SMs
+# save. Measured for the grouped prefetching tile only (groups 4-16, head dim 128, 16-bit cache, one query token).
+# H200 (docs/benchmarks/h200-2026-11-24/sweeps/single-full-bd06e2a, the plan's fixed splits -> the single pass, graph
+# µs): 128 programs (0.97 a SM) 64 x 512 12/2 13.9 -> 12.5, 64 x 1024 12/2 22.5 -> 21.9, 32 x 1024 28/4 23.0 -> 21.8,
+# 16 x 1024 32/8 22.0 -> 21.4; 256 programs 128 x 512 12/2 22.2 -> 20.9, 64 x 1024 28/4 37.7 -> 37.2, 32 x 1024 32/8
+# 36.9 -> 36.7. The splits win at 2048 tokens (64 x 2048 12/2 38.2 against 39.7, 32 x 2048 32/8 66.9 against 68.4) and
+# at 0.73 programs a SM (96 x 1024 12/2 29.3 against 34.3)
+SINGLE_FULL_FILL = 0.95
+SINGLE_FULL_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,6 +171,9 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
             return DecodePlan("triton", 1, False, "even lengths: the single pass, as the dual path would", shapes)
         if tail is not None:
             return DecodePlan(name, None, True, "a single-pass tail: the dual path decides on the device", shapes)
+    if splits is None and _single_pass_fills(head_dim, group, q.dtype, q_len, kv_itemsize, batch, num_kv_heads, sms,
+                                             visible):  # fmt: skip
+        return DecodePlan("triton", 1, False, "even short lengths, a single pass that fills the SMs alike", shapes)
     # the planned call's cut, as decode_splitk would plan it (the grid, tile and target of these shapes)
     fused = splitk.merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, sms)
     cfg, saturation, _ = splitk.split_config(head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, fused)
@@ -181,3 +197,19 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         return DecodePlan(name, k, False, reason + ", merged in the last split program", shapes, counters)
     return DecodePlan(name, k, False, reason, shapes)
+
+
+def _single_pass_fills(head_dim, group, dtype, q_len, kv_itemsize, batch, num_kv_heads, num_sms, visible) -> bool:
+    """Whether an even batch of these visible lengths runs the single pass rather than splits (SINGLE_FULL_*): the
+    single pass's tile is the grouped prefetching one, its P programs give every SM at most 2, P / (ceil(P / #SMs)
+    * #SMs) >= SINGLE_FULL_FILL, and the mean visible length is at most SINGLE_FULL_MAX_TOKENS."""
+    from .triton_common import even_lengths, launch_config, uses_prefetch_tile
+
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, single=True)
+    if not uses_prefetch_tile(cfg) or not visible:
+        return False
+    programs = batch * num_kv_heads * -(-q_len * group // cfg["BLOCK_H"])
+    per_sm = -(-programs // num_sms)
+    if per_sm > 2 or programs < SINGLE_FULL_FILL * per_sm * num_sms:
+        return False
+    return sum(visible) <= SINGLE_FULL_MAX_TOKENS * len(visible) and even_lengths(visible, None, q_len)
