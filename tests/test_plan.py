@@ -39,6 +39,16 @@ def _nan_out(c):
     return torch.full_like(c.q, float("nan"))
 
 
+def _run_checked(x, plan, dtype=torch.float32):
+    """(out, lse) of the call with the plan, NaN-filled first (a row left unwritten fails), each within the
+    reference's tolerance."""
+    out, lse = decode_attention(*x.args, plan=plan, out=_nan_out(x), return_lse=True)
+    ref_out, ref_lse = reference_of(x)
+    assert max_err(out, ref_out) <= output_tolerance(x, ref_out, dtype)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(x, ref_lse)
+    return out, lse
+
+
 @pytest.fixture
 def small_gpu(monkeypatch):
     monkeypatch.setattr(api, "_num_sms", lambda dev: SMS)
@@ -64,12 +74,9 @@ def test_plan_picks_and_runs_that_path(name, device, small_gpu):
     c = _case(lens, device)
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     assert (plan.backend, plan.num_splits is None, plan.dual_path) == (backend, planned, dual), plan.reason
-    out, lse = decode_attention(*c.args, plan=plan, out=_nan_out(c), return_lse=True)
+    out, lse = _run_checked(c, plan)
     alone = _forced(c, plan)
     assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
-    ref_out, ref_lse = reference_of(c)
-    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
-    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
 def test_fixed_splits_reproduce_the_planned_cut(device, small_gpu):
@@ -96,10 +103,7 @@ def test_plan_stays_correct_when_lengths_change(device, small_gpu):
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     ragged = _case([0, 330], device, seed=4, extra_table_columns=12)
     assert ragged.block_table.shape == c.block_table.shape
-    out, lse = decode_attention(*ragged.args, plan=plan, out=_nan_out(ragged), return_lse=True)
-    ref_out, ref_lse = reference_of(ragged)
-    assert max_err(out, ref_out) <= output_tolerance(ragged, ref_out, torch.float32)
-    assert lse_err(lse, ref_lse) <= lse_tolerance(ragged, ref_lse)
+    _run_checked(ragged, plan)
 
 
 def test_recorded_launches_follow_the_plan(device, small_gpu):
@@ -123,11 +127,8 @@ def test_fixed_splits_merged_in_the_last_program(device, small_gpu):
     assert 1 < plan.num_splits <= 8 and plan.counters is not None and "merged" in plan.reason, plan.reason
     ragged = _case([0, 330], device, seed=4, extra_table_columns=12)
     for x in (c, c, c, ragged, c):
-        out, lse = decode_attention(*x.args, plan=plan, out=_nan_out(x), return_lse=True)
+        out, lse = _run_checked(x, plan)
         assert int(plan.counters.abs().sum()) == 0
-        ref_out, ref_lse = reference_of(x)
-        assert max_err(out, ref_out) <= output_tolerance(x, ref_out, torch.float32)
-        assert lse_err(lse, ref_lse) <= lse_tolerance(x, ref_lse)
     combined = decode_attention(*c.args, plan=dataclasses.replace(plan, counters=None), return_lse=True)
     assert max_err(out, combined[0]) <= 1e-6 and lse_err(lse, combined[1]) <= 1e-6
 
@@ -181,10 +182,7 @@ def test_plan_lengthens_short_fixed_splits(lens, splits, device, small_gpu, monk
     cut = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     assert plan.num_splits == splits and cut.num_splits == 2 * splits, (plan.reason, cut.reason)
     assert plan.counters is not None
-    out, lse = decode_attention(*c.args, plan=plan, out=_nan_out(c), return_lse=True)
-    ref_out, ref_lse = reference_of(c)
-    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
-    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+    _run_checked(c, plan, torch.bfloat16)
 
 
 @pytest.mark.parametrize(
@@ -202,10 +200,7 @@ def test_plan_runs_the_single_pass_where_it_fills_the_sms(lens, single, device, 
     assert ((plan.backend, plan.num_splits) == ("triton", 1)) == single, plan.reason
     assert single == plan.reason.startswith("even short lengths"), plan.reason
     if single:
-        out, lse = decode_attention(*c.args, plan=plan, out=_nan_out(c), return_lse=True)
-        ref_out, ref_lse = reference_of(c)
-        assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
-        assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+        _run_checked(c, plan, torch.bfloat16)
 
 
 def test_plan_with_a_window_cuts_the_visible_tokens(device, small_gpu):
