@@ -7,13 +7,12 @@ switch toggled twice in one process. Run on the GPU machine:
 """
 
 import itertools
-import time
 
 import torch
 from triton.testing import do_bench, do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, plan_decode, triton_common
-from flashdecode.bench import _l2_bytes, rotation_copies
+from flashdecode.bench import _l2_bytes, host_us_per_call, rotation_copies
 from flashdecode.cases import random_paged_case
 
 ROWS = [([128], 28, 4), ([2048], 28, 4), ([128] * 8, 28, 4), ([4096] * 16, 12, 2), ([8192] * 128, 32, 8)]
@@ -35,17 +34,8 @@ def main():
             launcher.clear()
             for _ in range(len(copies) + 2):
                 call()
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(300):
-                call()
-            host = (time.perf_counter() - t) / 300 * 1e6
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(100):
-                call()
-                torch.cuda.synchronize()
-            synced = (time.perf_counter() - t) / 100 * 1e6
+            host = host_us_per_call(call, 300)
+            synced = host_us_per_call(call, 100, synced=True)
             eager = [do_bench(call, warmup=10, rep=50, return_mode="median") * 1e3 for _ in range(3)]
             graph = do_bench_cudagraph(call, rep=50, return_mode="median") * 1e3
             print(f"{name:>14} chain {chain!s:5}  host/call {host:6.1f} µs  synced call {synced:6.1f}  do_bench eager "

@@ -13,7 +13,6 @@ Run on the GPU machine (the peers need scripts/gpu_env.sh):
 
 import argparse
 import itertools
-import time
 
 import torch
 
@@ -72,12 +71,7 @@ def main():
         after = torch.cuda.memory_stats()
         hits, misses = watch["hits"], watch["misses"]
         again = do_bench(call, warmup=10, rep=50, return_mode="median") * 1e3
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(200):
-            call()
-        host = (time.perf_counter() - t) / 200 * 1e6
-        torch.cuda.synchronize()
+        host = bench.host_us_per_call(call, 200)
         hooked = launcher._hooked(knobs.runtime.launch_enter_hook) or launcher._hooked(knobs.runtime.launch_exit_hook)
         delta = {k: after.get(k, 0) - before.get(k, 0)
                  for k in ("num_device_alloc", "num_device_free", "num_alloc_retries")}

@@ -7,13 +7,12 @@ in a row. Run on the GPU machine:
 """
 
 import itertools
-import time
 
 import torch
 from triton.testing import do_bench
 
 from flashdecode import decode_attention, launcher
-from flashdecode.bench import _l2_bytes, rotation_copies
+from flashdecode.bench import _l2_bytes, host_us_per_call, rotation_copies
 from flashdecode.cases import random_paged_case
 
 ROWS = [([128], 28, 4), ([2048], 28, 4), ([128] * 8, 28, 4), ([2048] * 8, 28, 4), ([4096] * 64, 32, 8)]
@@ -29,16 +28,8 @@ def main():
             decode_attention(*next(cycle).args)
         torch.cuda.synchronize()
         states = {("uncacheable" if v is launcher.UNCACHEABLE else type(v).__name__) for v in launcher._cache.values()}
-        t = time.perf_counter()
-        for _ in range(500):
-            decode_attention(*next(cycle).args)
-        host = (time.perf_counter() - t) / 500 * 1e6
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(200):
-            decode_attention(*next(cycle).args)
-            torch.cuda.synchronize()
-        synced = (time.perf_counter() - t) / 200 * 1e6
+        host = host_us_per_call(lambda: decode_attention(*next(cycle).args), 500)
+        synced = host_us_per_call(lambda: decode_attention(*next(cycle).args), 200, synced=True)
         eager = [do_bench(lambda: decode_attention(*next(cycle).args), warmup=10, rep=50, return_mode="median") * 1e3
                  for _ in range(4)]  # fmt: skip
         name = f"{len(lens)}x{lens[0]} {hq}/{hkv}"

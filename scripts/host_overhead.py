@@ -8,11 +8,11 @@ cProfile of the replayed planned call. Run on the GPU machine:
 import argparse
 import cProfile
 import pstats
-import time
 
 import torch
 
 from flashdecode import decode_attention, launcher
+from flashdecode.bench import host_us_per_call
 from flashdecode.cases import random_paged_case
 
 # (label, lengths, Hq, Hkv): what "auto" runs on each is printed beside it
@@ -29,13 +29,7 @@ def host_us(args, out, calls, cached):
     launcher.ENABLED = cached
     for _ in range(20):
         decode_attention(*args, out=out)
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(calls):
-        decode_attention(*args, out=out)
-    host = (time.perf_counter() - t) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
+    return host_us_per_call(lambda: decode_attention(*args, out=out), calls)
 
 
 def main():

@@ -261,6 +261,25 @@ def probe_case(seqlens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128
     return case, ref, rotation_copies(case, _l2_bytes("cuda"))
 
 
+def host_us_per_call(call, calls: int, synced: bool = False) -> float:
+    """Mean wall-clock µs per call over ``calls`` calls of ``call()`` started after a device sync: queued (the host's
+    cost of a call while the GPU keeps up), or with synced a sync after each (host and GPU in turn). The probe
+    scripts' host-time measure; syncs again before returning."""
+    import time
+
+    import torch
+
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        call()
+        if synced:
+            torch.cuda.synchronize()
+    us = (time.perf_counter() - t) / calls * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
 def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
     """(graph µs, eager µs, note): medians of CUDA-graph replays and of eager calls, cycling through the copies.
 
