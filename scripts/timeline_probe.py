@@ -63,59 +63,10 @@ def _now(anchor):
 
 
 @triton.jit
-def _timed_kernel(
-    Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, TIMES, qk_scale, num_q_heads, batch,
-    stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btb, stride_btp,
-    NUM_BIG: tl.constexpr, NUM_SMALL: tl.constexpr, BIG_PER_1024: tl.constexpr, GROUP: tl.constexpr,
-    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr,
-    USE_DOT: tl.constexpr, HEAD_BLOCKS: tl.constexpr, PREFETCH_PAGES: tl.constexpr, HEADS_FIRST: tl.constexpr,
-):  # fmt: skip
-    t0 = _now(tl.program_id(0))
-    if HEADS_FIRST:
-        head_prog, slot = tl.program_id(0), tl.program_id(1)
-    else:
-        slot, head_prog = tl.program_id(0), tl.program_id(1)
-    kv_head, head_block = head_prog // HEAD_BLOCKS, head_prog % HEAD_BLOCKS
-    # big pieces first (slots [0, B * NUM_BIG): BIG_PER_1024 / 1024 of each sequence's tiles in NUM_BIG splits), then
-    # the small ones (the rest of the tiles in NUM_SMALL splits), which the block scheduler deals to the SMs that
-    # finish their big pieces first
-    if NUM_SMALL == 0:
-        seq, split = slot // NUM_BIG, slot % NUM_BIG
-    elif slot < batch * NUM_BIG:
-        seq, split = slot // NUM_BIG, slot % NUM_BIG
-    else:
-        seq = (slot - batch * NUM_BIG) // NUM_SMALL
-        split = NUM_BIG + (slot - batch * NUM_BIG) % NUM_SMALL
-    seq = seq.to(tl.int64)
-    seqlen = tl.load(SEQLENS + seq)
-    tiles = tl.cdiv(seqlen, BLOCK_N)
-    if NUM_SMALL == 0:
-        first, last = split * tiles // NUM_BIG, (split + 1) * tiles // NUM_BIG
-    else:
-        big = tiles * BIG_PER_1024 // 1024
-        if split < NUM_BIG:
-            first, last = split * big // NUM_BIG, (split + 1) * big // NUM_BIG
-        else:
-            first = big + (split - NUM_BIG) * (tiles - big) // NUM_SMALL
-            last = big + (split - NUM_BIG + 1) * (tiles - big) // NUM_SMALL
-    start = first * BLOCK_N
-    end = tl.minimum(last * BLOCK_N, seqlen)
-    chunk = seq * (NUM_BIG + NUM_SMALL) + split
-    out, lse = attend_group(
-        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
-        stride_qb, 0, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
-        Q, Q, Q, 0.0, 0,
-        GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        False, False, False, 1, False, False, PREFETCH_PAGES, False,
-    )  # fmt: skip
-    store_group(
-        O_PART, LSE_PART, Q, chunk, kv_head, head_block, out, lse, num_q_heads * HEAD_DIM, 0, HEAD_DIM,
-        num_q_heads, GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, True, False, 1,
-    )  # fmt: skip
-    t1 = _now(head_prog)
-    sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [head_prog], dtype=tl.int32, is_pure=False, pack=1)
-    pid = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+def _record(TIMES, pid, t0):
+    """Program pid's [start ns, end ns, SM] into TIMES [programs, 3]."""
+    t1 = _now(pid)
+    sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
     tl.store(TIMES + pid * 3, t0)
     tl.store(TIMES + pid * 3 + 1, t1)
     tl.store(TIMES + pid * 3 + 2, sm.to(tl.int64))
@@ -123,21 +74,16 @@ def _timed_kernel(
 
 @triton.jit
 def _piece(
-    j, Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, qk_scale, num_q_heads, heads, n_items, n_big,
+    seq, head_prog, split, Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, qk_scale, num_q_heads,
     stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btb, stride_btp,
     NUM_BIG: tl.constexpr, NUM_SMALL: tl.constexpr, BIG_PER_1024: tl.constexpr, GROUP: tl.constexpr,
     HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr,
     USE_DOT: tl.constexpr, HEAD_BLOCKS: tl.constexpr, PREFETCH_PAGES: tl.constexpr,
 ):  # fmt: skip
-    # piece j: [0, n_big) NUM_BIG splits of BIG_PER_1024 / 1024 of an item's tiles, then NUM_SMALL splits of the
-    # rest; item = (sequence, KV head, head block), fastest
-    if j < n_big:
-        item, split = j % n_items, j // n_items
-    else:
-        item, split = (j - n_big) % n_items, NUM_BIG + (j - n_big) // n_items
-    seq = (item // heads).to(tl.int64)
-    head_prog = item % heads
+    # split < NUM_BIG: one of NUM_BIG splits of BIG_PER_1024 / 1024 of the sequence's tiles (all of them without small
+    # pieces); else one of NUM_SMALL splits of the rest. Writes partial (sequence, split) of head block head_prog
+    seq = seq.to(tl.int64)
     kv_head, head_block = head_prog // HEAD_BLOCKS, head_prog % HEAD_BLOCKS
     seqlen = tl.load(SEQLENS + seq)
     tiles = tl.cdiv(seqlen, BLOCK_N)
@@ -165,6 +111,39 @@ def _piece(
 
 
 @triton.jit
+def _timed_kernel(
+    Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, TIMES, qk_scale, num_q_heads, batch,
+    stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btb, stride_btp,
+    NUM_BIG: tl.constexpr, NUM_SMALL: tl.constexpr, BIG_PER_1024: tl.constexpr, GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr,
+    USE_DOT: tl.constexpr, HEAD_BLOCKS: tl.constexpr, PREFETCH_PAGES: tl.constexpr, HEADS_FIRST: tl.constexpr,
+):  # fmt: skip
+    t0 = _now(tl.program_id(0))
+    if HEADS_FIRST:
+        head_prog, slot = tl.program_id(0), tl.program_id(1)
+    else:
+        slot, head_prog = tl.program_id(0), tl.program_id(1)
+    # big pieces first (slots [0, B * NUM_BIG): BIG_PER_1024 / 1024 of each sequence's tiles in NUM_BIG splits), then
+    # the small ones (the rest of the tiles in NUM_SMALL splits), which the block scheduler deals to the SMs that
+    # finish their big pieces first
+    if NUM_SMALL == 0:
+        seq, split = slot // NUM_BIG, slot % NUM_BIG
+    elif slot < batch * NUM_BIG:
+        seq, split = slot // NUM_BIG, slot % NUM_BIG
+    else:
+        seq = (slot - batch * NUM_BIG) // NUM_SMALL
+        split = NUM_BIG + (slot - batch * NUM_BIG) % NUM_SMALL
+    _piece(
+        seq, head_prog, split, Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, qk_scale, num_q_heads,
+        stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btb, stride_btp,
+        NUM_BIG, NUM_SMALL, BIG_PER_1024, GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
+        HEAD_BLOCKS, PREFETCH_PAGES,
+    )  # fmt: skip
+    _record(TIMES, tl.program_id(1) * tl.num_programs(0) + tl.program_id(0), t0)
+
+
+@triton.jit
 def _queue_kernel(
     Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, TIMES, COUNTER, qk_scale, num_q_heads, heads, n_items, n_big,
     n_total,
@@ -181,11 +160,16 @@ def _queue_kernel(
     programs = tl.num_programs(0)
     j = pid
     while j < n_total:
+        # piece j: item = (sequence, KV head, head block) fastest; the big pieces [0, n_big), then the small ones
+        if j < n_big:
+            item, split = j % n_items, j // n_items
+        else:
+            item, split = (j - n_big) % n_items, NUM_BIG + (j - n_big) // n_items
         _piece(
-            j, Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, qk_scale, num_q_heads, heads, n_items, n_big,
-            stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btb,
-            stride_btp, NUM_BIG, NUM_SMALL, BIG_PER_1024, GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D,
-            DOT_F32, USE_DOT, HEAD_BLOCKS, PREFETCH_PAGES,
+            item // heads, item % heads, split, Q, K, V, SEQLENS, BLOCK_TABLE, O_PART, LSE_PART, qk_scale,
+            num_q_heads, stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
+            stride_btb, stride_btp, NUM_BIG, NUM_SMALL, BIG_PER_1024, GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N,
+            BLOCK_D, DOT_F32, USE_DOT, HEAD_BLOCKS, PREFETCH_PAGES,
         )  # fmt: skip
         # claimed when this program is free, not before: the programs that finish first take the next pieces
         j = tl.atomic_add(COUNTER, 1) + programs
@@ -193,11 +177,7 @@ def _queue_kernel(
     if tl.atomic_add(COUNTER + 1, 1) == programs - 1:
         tl.store(COUNTER, 0)
         tl.store(COUNTER + 1, 0)
-    t1 = _now(pid)
-    sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
-    tl.store(TIMES + pid * 3, t0)
-    tl.store(TIMES + pid * 3 + 1, t1)
-    tl.store(TIMES + pid * 3 + 2, sm.to(tl.int64))
+    _record(TIMES, pid, t0)
 
 
 def tile_for(row, splits, sms):
