@@ -35,17 +35,8 @@ from flashdecode import decode_attention, plan_decode, triton_splitk  # noqa: E4
 from flashdecode.bench import Row, _l2_bytes, rotation_copies  # noqa: E402
 from flashdecode.cases import random_paged_case  # noqa: E402
 from flashdecode.reference import reference_dense  # noqa: E402
-from flashdecode.triton_common import (  # noqa: E402
-    LOG2E,
-    PREFETCH_DEEP_TILE,
-    PREFETCH_ONE_WAVE_TILE,
-    attend_group,
-    cdiv,
-    dot_in_fp32,
-    launch_config,
-    single_pass_long_grid,
-    store_group,
-)
+from flashdecode.triton_common import LOG2E, attend_group, cdiv, dot_in_fp32, store_group  # noqa: E402
+from flashdecode.triton_single import single_config  # noqa: E402
 
 ROWS = {
     "64x4096-32/8": Row([4096] * 64, 32, 8), "128x8192-32/8": Row([8192] * 128, 32, 8),
@@ -184,13 +175,7 @@ def tile_for(row, splits, sms):
     """The launch config the library uses for this row in this mode (single pass or fixed splits)."""
     group = row.num_q_heads // row.num_kv_heads
     if splits == 1:
-        cfg = launch_config(128, group, torch.bfloat16, 1, 2, single=True)
-        programs = row.batch * row.num_kv_heads * cdiv(group, cfg["BLOCK_H"])
-        if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and programs <= sms:
-            cfg.update(PREFETCH_ONE_WAVE_TILE)
-        elif single_pass_long_grid(cfg, programs, sms):
-            cfg.update(PREFETCH_DEEP_TILE)
-        return cfg, False
+        return single_config(128, group, torch.bfloat16, 1, 2, row.batch * row.num_kv_heads, sms), False
     cfg, _, tile = triton_splitk.split_config(128, group, torch.bfloat16, 1, 2, row.num_kv_heads, False)
     return cfg, tile in triton_splitk.PARTIAL_HEADS_FIRST and triton_splitk.FIXED_HEADS_FIRST
 

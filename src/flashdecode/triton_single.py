@@ -146,6 +146,19 @@ def row_strides(t) -> tuple[int, int, int]:
     return stride_b, t.shape[1] * stride_h, stride_h
 
 
+def single_config(head_dim, group, dtype, q_len, kv_itemsize, kv_programs, num_sms=None) -> dict:
+    """The single pass's launch config: ``launch_config``'s, with ``PREFETCH_ONE_WAVE_TILE`` for a prefetching grid of
+    at most one program per SM and ``PREFETCH_DEEP_TILE`` for one of more than a wave (``single_pass_long_grid``).
+    kv_programs: B * Hkv (times the head blocks here)."""
+    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, single=True)
+    programs = kv_programs * cdiv(q_len * group, cfg["BLOCK_H"])
+    if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and num_sms and programs <= num_sms:
+        cfg.update(PREFETCH_ONE_WAVE_TILE)
+    elif single_pass_long_grid(cfg, programs, num_sms):
+        cfg.update(PREFETCH_DEEP_TILE)
+    return cfg
+
+
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
     num_sms=None, even_only=False, long_mean=0, tail_first=0,
@@ -175,13 +188,8 @@ def decode_single(
     features = features or PLAIN
     assert features.q_len == q_len, f"features.q_len {features.q_len} != q's q_len {q_len}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
-    cfg = launch_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), single=True)
+    cfg = single_config(head_dim, group, q.dtype, q_len, k_cache.element_size(), batch * num_kv_heads, num_sms)
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
-    programs = batch * num_kv_heads * head_blocks
-    if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and num_sms and programs <= num_sms:
-        cfg.update(PREFETCH_ONE_WAVE_TILE)
-    elif single_pass_long_grid(cfg, programs, num_sms):
-        cfg.update(PREFETCH_DEEP_TILE)
     if config:
         cfg.update(config)
         head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
