@@ -10,6 +10,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py fp8reg # fp8 tiles under a register cap (maxnreg)
     python scripts/pipeline_probe.py occ    # head dim 256 and MHA tiles with more programs per SM (4 warps, a cap)
     python scripts/pipeline_probe.py addr   # grouped tiles of the leaner address code: waves of programs per SM
+    FP8_NATIVE_QK=1 python scripts/pipeline_probe.py fp8n  # fp8 tiles with q . K^T on the fp8 tensor cores
 """
 
 import itertools
@@ -80,6 +81,14 @@ FP8_REG_ROWS += [
     (Row([4096] * 16, 12, 2, kv_dtype="e4m3"), "split", FP8_SHORT),
     (Row([1024] * 64, 12, 2, kv_dtype="e4m3"), "split", FP8_SHORT),
 ]  # fmt: skip
+# q . K^T on the fp8 tensor cores (KV_FP8 = 3, FP8_NATIVE_QK) frees K's fp16 operand (sm_90 compile, 64-token
+# tile: 168 -> 149 registers); the tiles to time it with, run once with and once without FP8_NATIVE_QK=1
+FP8N = [(128, 4, 3, True), (64, 4, 3, True), (64, 4, 4, True), (32, 4, 4, True), (64, 4, 3, True, 128)]
+FP8N_ROWS = [
+    (Row([4096] * 64, 32, 8), "single", [None]), (Row([4096] * 64, 32, 8, kv_dtype="e4m3"), "single", FP8N),
+    (Row([4096] * 64, 32, 8, kv_dtype="e5m2"), "single", FP8N[:2]),
+    (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8N), (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8N),
+]  # fmt: skip
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
@@ -122,8 +131,11 @@ def main():
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
+    if os.environ.get("FP8_NATIVE_QK"):
+        triton_common.FP8_NATIVE_QK = True
+        tag += "-native"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
-              "addr": ADDR_ROWS}
+              "addr": ADDR_ROWS, "fp8n": FP8N_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
@@ -145,7 +157,7 @@ def main():
             ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         out = torch.empty_like(c.q)
-        res = {}
+        res, errs = {}, {}
         scale = row.head_dim**-0.5
         for tile in tiles:
             bn, warps, stages, *prefetch = tile or (0, 0, 0)
@@ -164,13 +176,13 @@ def main():
             name = (f"{bn}/{warps}/{stages}" + ("/p" if prefetch and prefetch[0] else "")) if tile else "default"
             name += f"/r{prefetch[1]}" if len(prefetch) > 1 else ""
             try:
-                err = max_err(fn()[0], ref)
+                err = errs[name] = max_err(fn()[0], ref)
                 assert err < 0.05, f"wrong: err {err}"
                 res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
             except Exception as e:  # noqa: BLE001 - a failing variant is reported, the probe goes on
                 print(f"{row.name()} {mode} {name} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
-        log.write(json.dumps(dict(row=row.name(), mode=mode, tag=tag, **{k: round(v, 2) for k, v in res.items()}))
-                  + "\n")  # fmt: skip
+        log.write(json.dumps(dict(row=row.name(), mode=mode, tag=tag, **{k: round(v, 2) for k, v in res.items()},
+                                  max_err={k: float(v) for k, v in errs.items()})) + "\n")  # fmt: skip
         log.flush()
         line = f"{tag:<9} {mode:<6} {row.name():<16} " + "  ".join(f"{k} {v:6.1f}" for k, v in res.items())
         table.append(line)
