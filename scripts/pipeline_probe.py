@@ -11,6 +11,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py occ    # head dim 256 and MHA tiles with more programs per SM (4 warps, a cap)
     python scripts/pipeline_probe.py addr   # grouped tiles of the leaner address code: waves of programs per SM
     FP8_NATIVE_QK=1 python scripts/pipeline_probe.py fp8n  # fp8 tiles with q . K^T on the fp8 tensor cores
+    python scripts/pipeline_probe.py fp8w   # the 128-token fp8 tile: register cap, 8 warps, stages, 256 tokens
 """
 
 import itertools
@@ -89,6 +90,15 @@ FP8N_ROWS = [
     (Row([4096] * 64, 32, 8, kv_dtype="e5m2"), "single", FP8N[:2]),
     (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8N), (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8N),
 ]  # fmt: skip
+# the 128-token fp8 tile again after the 32-bit address arithmetic (199 registers, 2 programs per SM): a register
+# cap for a third program, 8 warps, a 4th stage, 256 tokens
+FP8W = [(128, 4, 3, True), (128, 4, 3, True, 168), (128, 8, 3, True), (256, 8, 3, True), (128, 4, 4, True),
+        (128, 8, 4, True)]  # fmt: skip
+FP8W_ROWS = [
+    (Row([4096] * 64, 32, 8), "single", [None]), (Row([4096] * 64, 32, 8, kv_dtype="e4m3"), "single", FP8W),
+    (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8W),
+    (Row([8192] * 128, 32, 8, kv_dtype="e4m3"), "single", FP8W[:3]),
+]  # fmt: skip
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
@@ -135,7 +145,7 @@ def main():
         triton_common.FP8_NATIVE_QK = True
         tag += "-native"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
-              "addr": ADDR_ROWS, "fp8n": FP8N_ROWS}
+              "addr": ADDR_ROWS, "fp8n": FP8N_ROWS, "fp8w": FP8W_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
