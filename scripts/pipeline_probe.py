@@ -10,7 +10,6 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py fp8reg # fp8 tiles under a register cap (maxnreg)
     python scripts/pipeline_probe.py occ    # head dim 256 and MHA tiles with more programs per SM (4 warps, a cap)
     python scripts/pipeline_probe.py addr   # grouped tiles of the leaner address code: waves of programs per SM
-    FP8_NATIVE_QK=1 python scripts/pipeline_probe.py fp8n  # fp8 tiles with q . K^T on the fp8 tensor cores
     python scripts/pipeline_probe.py fp8w   # the 128-token fp8 tile: register cap, 8 warps, stages, 256 tokens
 """
 
@@ -82,14 +81,6 @@ FP8_REG_ROWS += [
     (Row([4096] * 16, 12, 2, kv_dtype="e4m3"), "split", FP8_SHORT),
     (Row([1024] * 64, 12, 2, kv_dtype="e4m3"), "split", FP8_SHORT),
 ]  # fmt: skip
-# q . K^T on the fp8 tensor cores (KV_FP8 = 3, FP8_NATIVE_QK) frees K's fp16 operand (sm_90 compile, 64-token
-# tile: 168 -> 149 registers); the tiles to time it with, run once with and once without FP8_NATIVE_QK=1
-FP8N = [(128, 4, 3, True), (64, 4, 3, True), (64, 4, 4, True), (32, 4, 4, True), (64, 4, 3, True, 128)]
-FP8N_ROWS = [
-    (Row([4096] * 64, 32, 8), "single", [None]), (Row([4096] * 64, 32, 8, kv_dtype="e4m3"), "single", FP8N),
-    (Row([4096] * 64, 32, 8, kv_dtype="e5m2"), "single", FP8N[:2]),
-    (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8N), (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8N),
-]  # fmt: skip
 # the 128-token fp8 tile again after the 32-bit address arithmetic (199 registers, 2 programs per SM): a register
 # cap for a third program, 8 warps, a 4th stage, 256 tokens
 FP8W = [(128, 4, 3, True), (128, 4, 3, True, 168), (128, 8, 3, True), (256, 8, 3, True), (128, 4, 4, True),
@@ -141,11 +132,8 @@ def main():
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
-    if os.environ.get("FP8_NATIVE_QK"):
-        triton_common.FP8_NATIVE_QK = True
-        tag += "-native"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
-              "addr": ADDR_ROWS, "fp8n": FP8N_ROWS, "fp8w": FP8W_ROWS}
+              "addr": ADDR_ROWS, "fp8w": FP8W_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")

@@ -216,8 +216,6 @@ SINGLE_PASS_HEAD_DIM_TILES = {256: dict(BLOCK_N=64, num_stages=3, num_warps=8, P
 # an fp8 cache's products in fp16 (KV_FP8 = 2: q converted once, saturating at +-65504; K, V tiles fp8 -> fp16, one
 # instruction per two elements on sm_89+) rather than in q's dtype (KV_FP8 = 1: fp8 -> bf16 goes through fp32)
 FP8_DOT_F16 = True
-# an fp8 cache's q . K^T on the fp8 tensor cores (KV_FP8 = 3: see attend_range); P . V stays in fp16
-FP8_NATIVE_QK = False
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
@@ -366,7 +364,7 @@ class Features:
             HAS_SINKS=self.sinks is not None,
             HAS_WINDOW=self.window_left is not None,
             Q_LEN=self.q_len,
-            KV_FP8=(3 if FP8_NATIVE_QK else 2 if FP8_DOT_F16 else 1) if self.kv_fp8 else 0,
+            KV_FP8=(2 if FP8_DOT_F16 else 1) if self.kv_fp8 else 0,
             SCALE_PTR=scale_ptr,
         )
 
@@ -473,16 +471,6 @@ def attend_range(
     elif KV_FP8 == 2 and USE_DOT:
         # the products of an fp8 cache run in fp16 (below); q saturates at fp16's largest finite value
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
-    elif KV_FP8 == 3 and USE_DOT:
-        # q . K^T on the fp8 tensor cores, K straight from shared memory: q as two e4m3 parts (hi + lo, ~8
-        # significant bits like bf16), each row scaled by a power of two that puts its largest |q| in [128, 256)
-        qf = q.to(tl.float32)
-        q_exp = tl.floor(tl.log2(tl.maximum(tl.max(tl.abs(qf), axis=1), 1e-30)))
-        qf = qf * tl.exp2(7.0 - q_exp)[:, None]
-        q_unscale = tl.exp2(q_exp - 7.0)
-        q_hi = qf.to(tl.float8e4nv)
-        q_lo = (qf - q_hi.to(tl.float32)).to(tl.float8e4nv)
-        q = q.to(tl.float16)
     # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read. Tokens are
     # >= 0, so // and % run unsigned (a signed one adds sign fixes: ~40% of the loop's instructions at head_dim 256)
     if PREFETCH_PAGES:
@@ -519,10 +507,6 @@ def attend_range(
             k = k.to(tl.float32)
             v = v.to(tl.float32)
             s = tl.dot(q, tl.trans(k), input_precision="ieee")
-        elif KV_FP8 == 3:
-            # [BLOCK_N, BLOCK_H] = K [BLOCK_N, D] . q^T: BLOCK_N rows fill a warpgroup MMA, no conversion of K
-            s = tl.trans(tl.dot(k, tl.trans(q_lo), tl.dot(k, tl.trans(q_hi)))) * q_unscale[:, None]
-            v = v.to(tl.float16)
         else:
             if KV_FP8:
                 # e4m3 / e5m2 values are exact in bf16 and fp16 (q's dtype: fp16 with KV_FP8 == 2)
