@@ -78,16 +78,18 @@ def test_flex_attention_peer_matches_reference(device):
 
 
 def test_feature_rows_are_checked_and_count_only_the_bytes_read(device):
-    """fp8 and window rows pass the gate for the backends that have the features; the others are skipped; bytes
-    count 1-byte fp8 elements and only the window's tokens."""
+    """fp8 and window rows pass the gate for the backends that have the features (auto with a plan too); the others
+    are skipped; bytes count 1-byte fp8 elements and only the window's tokens."""
     rows = [Row([20, 50], 4, 2, head_dim=64, kv_dtype="e4m3"), Row([20, 50], 4, 2, head_dim=64, window_left=9)]
     assert rows[0].kv_bytes() == 2 * 70 * 2 * 64 and rows[1].kv_bytes() == 2 * 20 * 2 * 64 * 2
-    results = run_rows(rows, ["triton_splitk", "torch_sdpa"], device, progress=False)
+    results = run_rows(rows, ["triton_splitk", "auto_plan", "torch_sdpa"], device, progress=False)
     by = {(r["row"], r["backend"]): r["status"] for r in results}
     assert by == {
         ("2x20..50 4/2 D64 P16 bf16 kv e4m3", "triton_splitk"): "ok",
+        ("2x20..50 4/2 D64 P16 bf16 kv e4m3", "auto_plan"): "ok",
         ("2x20..50 4/2 D64 P16 bf16 kv e4m3", "torch_sdpa"): "skipped",
         ("2x20..50 4/2 D64 P16 bf16 W9", "triton_splitk"): "ok",
+        ("2x20..50 4/2 D64 P16 bf16 W9", "auto_plan"): "ok",
         ("2x20..50 4/2 D64 P16 bf16 W9", "torch_sdpa"): "skipped",
     }, by
 

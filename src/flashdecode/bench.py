@@ -164,7 +164,7 @@ def make_backend(name: str, case, row: Row):
     from .api import FEATURE_BACKENDS, decode_attention
 
     kw = row.feature_kwargs()
-    if kw and name not in FEATURE_BACKENDS:
+    if kw and name not in FEATURE_BACKENDS + (PLANNED,):
         raise Skip(f"{name} has no {', '.join(kw)} here")
     if name in FLASHDECODE_BACKENDS:
         return lambda c=case: decode_attention(*c.args, backend=name, **kw)
