@@ -11,6 +11,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py occ    # head dim 256 and MHA tiles with more programs per SM (4 warps, a cap)
     python scripts/pipeline_probe.py addr   # grouped tiles of the leaner address code: waves of programs per SM
     python scripts/pipeline_probe.py fp8w   # the 128-token fp8 tile: register cap, 8 warps, stages, 256 tokens
+    python scripts/pipeline_probe.py fp8f   # fp8 split rows as fixed splits with the 128-token tile
 """
 
 import itertools
@@ -90,6 +91,13 @@ FP8W_ROWS = [
     (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8W),
     (Row([8192] * 128, 32, 8, kv_dtype="e4m3"), "single", FP8W[:3]),
 ]  # fmt: skip
+# fp8 split-K rows as fixed splits ("fixed<S>": S splits a sequence, combine launch) with the single pass's 128-token
+# tile (2 programs per SM) against FP8_SPLIT_TILE (64 tokens, capped at 128 registers: 4 per SM); "split": planned
+FP8F = [(128, 4, 3, True), (64, 4, 3, True, 128)]
+FP8F_ROWS = [
+    (Row([131072], 32, 8, kv_dtype="e4m3"), mode, FP8F)
+    for mode in ("split", "fixed16", "fixed32", "fixed33", "fixed64", "fixed66")
+] + [(Row([65536], 12, 2, kv_dtype="e4m3"), mode, FP8F) for mode in ("split", "fixed64", "fixed66", "fixed128")]
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
@@ -133,7 +141,7 @@ def main():
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
-              "addr": ADDR_ROWS, "fp8w": FP8W_ROWS}
+              "addr": ADDR_ROWS, "fp8w": FP8W_ROWS, "fp8f": FP8F_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
@@ -165,9 +173,12 @@ def main():
             if len(prefetch) > 1:
                 cfg["maxnreg"] = prefetch[1]
             it = itertools.cycle(copies)
-            if mode == "split":
+            if mode == "split" or mode.startswith("fixed"):
+                splits = int(mode[5:]) if mode.startswith("fixed") else None
+
                 def fn():
-                    return triton_splitk.decode_splitk(*next(it).args, scale, out, None, config=cfg, features=features)
+                    return triton_splitk.decode_splitk(*next(it).args, scale, out, None, num_splits=splits, config=cfg,
+                                                       features=features)  # fmt: skip
             else:
                 def fn():
                     return decode_single(*next(it).args, scale, out, None, config=cfg, features=features)
