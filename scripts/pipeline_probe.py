@@ -173,9 +173,9 @@ def main():
             if len(prefetch) > 1:
                 cfg["maxnreg"] = prefetch[1]
             it = itertools.cycle(copies)
-            if mode == "split" or mode.startswith("fixed"):
-                splits = int(mode[5:]) if mode.startswith("fixed") else None
-
+            # "split": planned; "fixed<S>": S fixed splits
+            splits = int(mode[5:]) if mode.startswith("fixed") else None
+            if mode != "single":
                 def fn():
                     return triton_splitk.decode_splitk(*next(it).args, scale, out, None, num_splits=splits, config=cfg,
                                                        features=features)  # fmt: skip
