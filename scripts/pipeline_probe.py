@@ -12,6 +12,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py addr   # grouped tiles of the leaner address code: waves of programs per SM
     python scripts/pipeline_probe.py fp8w   # the 128-token fp8 tile: register cap, 8 warps, stages, 256 tokens
     python scripts/pipeline_probe.py fp8f   # fp8 split rows as fixed splits with the 128-token tile
+    python scripts/pipeline_probe.py fp8s   # ...the same bytes as a single pass over B sequences and as B splits
 """
 
 import itertools
@@ -98,6 +99,11 @@ FP8F_ROWS = [
     (Row([131072], 32, 8, kv_dtype="e4m3"), mode, FP8F)
     for mode in ("split", "fixed16", "fixed32", "fixed33", "fixed64", "fixed66")
 ] + [(Row([65536], 12, 2, kv_dtype="e4m3"), mode, FP8F) for mode in ("split", "fixed64", "fixed66", "fixed128")]
+# ...why fixed splits of the 128-token tile run at half the single pass's rate: the single pass over 16-64 sequences
+# of 4096 tokens (B * 8 programs, 2 per SM) against one sequence of the same bytes cut into B fixed splits
+FP8S_ROWS = [(Row([4096] * b, 32, 8, kv_dtype="e4m3"), "single", FP8F[:1]) for b in (16, 32, 33, 48, 64)] + [
+    (Row([4096 * b], 32, 8, kv_dtype="e4m3"), f"fixed{b}", FP8F[:1]) for b in (16, 32, 33, 48, 64)
+] + [(Row([8192] * 16, 32, 8, kv_dtype="e4m3"), "fixed2", FP8F[:1]), (Row([4096] * 32, 32, 8), "single", [None])]
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
@@ -141,7 +147,8 @@ def main():
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
-              "addr": ADDR_ROWS, "fp8w": FP8W_ROWS, "fp8f": FP8F_ROWS}
+              "addr": ADDR_ROWS, "fp8w": FP8W_ROWS, "fp8f": FP8F_ROWS,
+              "fp8s": FP8S_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
