@@ -146,6 +146,14 @@ def main():
         # the fp8 cache's products in q's dtype (the earlier path) rather than fp16
         triton_common.FP8_DOT_F16 = False
         tag += "-via-q-dtype"
+    if os.environ.get("NO_CHAIN"):
+        # each call's first kernel launched normally (triton_common.CHAIN_PDL)
+        triton_common.CHAIN_PDL = False
+        tag += "-nochain"
+    if os.environ.get("NO_PDL"):
+        # no programmatic dependent launch at all (triton_common.PDL)
+        triton_common.PDL = False
+        tag += "-nopdl"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
               "addr": ADDR_ROWS, "fp8w": FP8W_ROWS, "fp8f": FP8F_ROWS,
               "fp8s": FP8S_ROWS}
