@@ -1,29 +1,47 @@
-"""One decode_attention call on 64 x 4096 32/8 (single pass) with a bf16 or fp8 e4m3 cache, for Nsight Compute:
+"""One decode call with a bf16 or fp8 e4m3 cache, for Nsight Compute:
 
-    ncu --kernel-name regex:_decode_single_kernel --launch-skip 1 --launch-count 1 --section SpeedOfLight \\
-        --section WarpStateStats --section MemoryWorkloadAnalysis python scripts/ncu_fp8.py e4m3
+    ncu --kernel-name regex:"_decode_single_kernel|_partial_kernel" --launch-skip 1 --launch-count 1 \\
+        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis \\
+        python scripts/ncu_fp8.py e4m3                   # decode_attention, 64 x 4096 32/8
+    python scripts/ncu_fp8.py e4m3 single 32 4096        # the single pass with the 128-token fp8 tile
+    python scripts/ncu_fp8.py e4m3 fixed32 1 131072      # 32 fixed splits a sequence, the same tile
 
-The first call compiles (skipped by --launch-skip 1), the second is profiled. What limits the fp8 single pass at
-~2.7 TB/s of fp8 bytes (docs/features.md) is the question it answers.
+The first call compiles (skipped by --launch-skip 1), the second is profiled. The questions: what limits the fp8
+single pass at ~3.3 TB/s of fp8 bytes (docs/features.md), and why fixed splits of the same tile run at half the
+single pass's rate per program (pipeline_probe fp8s).
 """
 
 import sys
 
 import torch
 
-from flashdecode import decode_attention
+from flashdecode import decode_attention, triton_splitk
 from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE
 from flashdecode.cases import random_paged_case
+from flashdecode.triton_common import Features
+from flashdecode.triton_single import decode_single
 
 kind = sys.argv[1] if len(sys.argv) > 1 else "e4m3"
-c = random_paged_case([4096] * 64, 32, 8, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
-kw = {}
+mode = sys.argv[2] if len(sys.argv) > 2 else "auto"
+batch, length = (int(a) for a in sys.argv[3:5]) if len(sys.argv) >= 5 else (64, 4096)
+c = random_paged_case([length] * batch, 32, 8, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
+kw, features = {}, Features()
 if kind != "bf16":
     fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[kind]
     c.k_cache = (c.k_cache.float() / FP8_K_SCALE).to(fp8)
     c.v_cache = (c.v_cache.float() / FP8_V_SCALE).to(fp8)
     kw = dict(k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
+    features = Features(kv_fp8=True, k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
+# the single pass's fp8 tile (triton_common.FP8_LONG_TILE)
+cfg = dict(BLOCK_N=128, num_warps=4, num_stages=3, PREFETCH_PAGES=True)
+out = torch.empty_like(c.q)
 for _ in range(2):
-    decode_attention(*c.args, backend="triton", **kw)
+    if mode == "auto":
+        decode_attention(*c.args, backend="triton", **kw)
+    elif mode == "single":
+        decode_single(*c.args, 128**-0.5, out, None, config=cfg, features=features)
+    else:
+        triton_splitk.decode_splitk(*c.args, 128**-0.5, out, None, num_splits=int(mode.removeprefix("fixed")),
+                                    config=cfg, features=features)  # fmt: skip
 torch.cuda.synchronize()
-print(f"{kind}: done")
+print(f"{kind} {mode} {batch}x{length}: done")
