@@ -13,6 +13,7 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py fp8w   # the 128-token fp8 tile: register cap, 8 warps, stages, 256 tokens
     python scripts/pipeline_probe.py fp8f   # fp8 split rows as fixed splits with the 128-token tile
     python scripts/pipeline_probe.py fp8s   # ...the same bytes as a single pass over B sequences and as B splits
+    python scripts/pipeline_probe.py fp8p   # the uncapped 128-token fp8 tile on split rows, planner targets 2-4
 """
 
 import itertools
@@ -104,6 +105,17 @@ FP8F_ROWS = [
 FP8S_ROWS = [(Row([4096] * b, 32, 8, kv_dtype="e4m3"), "single", FP8F[:1]) for b in (16, 32, 33, 48, 64)] + [
     (Row([4096 * b], 32, 8, kv_dtype="e4m3"), f"fixed{b}", FP8F[:1]) for b in (16, 32, 33, 48, 64)
 ] + [(Row([8192] * 16, 32, 8, kv_dtype="e4m3"), "fixed2", FP8F[:1]), (Row([4096] * 32, 32, 8), "single", [None])]
+# fp8f and fp8s ran the split modes' 128-token tile under FP8_SPLIT_TILE's cap of 128 registers (the probe kept
+# split_config's maxnreg; ncu: 128 registers against the single pass's 199): the uncapped tile, planned with the
+# planner aiming at 4 (as now), 2 or 3 programs per SM (the 6th field), and as fixed splits; None: FP8_SPLIT_TILE
+FP8P = [None, (128, 4, 3, True, None), (128, 4, 3, True, None, 2), (128, 4, 3, True, None, 3)]
+FP8P_ROWS = [
+    (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8P), (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8P),
+    (Row([16384] * 4, 32, 8, kv_dtype="e4m3"), "split", FP8P), (Row([4096] * 16, 12, 2, kv_dtype="e4m3"), "split", FP8P),
+    (Row([2048] * 8, 28, 4, kv_dtype="e4m3"), "split", FP8P), (Row([2048], 28, 4, kv_dtype="e4m3"), "split", FP8P),
+] + [(Row([131072], 32, 8, kv_dtype="e4m3"), m, FP8P[:2]) for m in ("fixed33", "fixed66")] + [
+    (Row([65536], 12, 2, kv_dtype="e4m3"), m, FP8P[:2]) for m in ("fixed64", "fixed128")
+]  # fmt: skip
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
@@ -156,7 +168,7 @@ def main():
         tag += "-nopdl"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
               "addr": ADDR_ROWS, "fp8w": FP8W_ROWS, "fp8f": FP8F_ROWS,
-              "fp8s": FP8S_ROWS}
+              "fp8s": FP8S_ROWS, "fp8p": FP8P_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
@@ -185,8 +197,14 @@ def main():
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages) if tile else {}
             if prefetch:
                 cfg["PREFETCH_PAGES"] = prefetch[0]
-            if len(prefetch) > 1:
-                cfg["maxnreg"] = prefetch[1]
+            if tile:
+                # a named tile is that tile: no register cap unless it names one (split_config's FP8_SPLIT_TILE
+                # would otherwise keep its cap of 128 under a config that does not override it)
+                cfg["maxnreg"] = prefetch[1] if len(prefetch) > 1 else None
+            # ...and the planner's programs per SM for the planned mode, when the tile names one
+            saturation = dict(triton_splitk.PLANNER_SATURATION)
+            if len(prefetch) > 2:
+                triton_splitk.PLANNER_SATURATION.update({k: prefetch[2] for k in saturation})
             it = itertools.cycle(copies)
             # "split": planned; "fixed<S>": S fixed splits
             splits = int(mode[5:]) if mode.startswith("fixed") else None
@@ -198,13 +216,15 @@ def main():
                 def fn():
                     return decode_single(*next(it).args, scale, out, None, config=cfg, features=features)
             name = (f"{bn}/{warps}/{stages}" + ("/p" if prefetch and prefetch[0] else "")) if tile else "default"
-            name += f"/r{prefetch[1]}" if len(prefetch) > 1 else ""
+            name += f"/r{prefetch[1]}" if len(prefetch) > 1 and prefetch[1] else ""
+            name += f"/s{prefetch[2]}" if len(prefetch) > 2 else ""
             try:
                 err = errs[name] = max_err(fn()[0], ref)
                 assert err < 0.05, f"wrong: err {err}"
                 res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
             except Exception as e:  # noqa: BLE001 - a failing variant is reported, the probe goes on
                 print(f"{row.name()} {mode} {name} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+            triton_splitk.PLANNER_SATURATION.update(saturation)
         log.write(json.dumps(dict(row=row.name(), mode=mode, tag=tag, **{k: round(v, 2) for k, v in res.items()},
                                   max_err={k: float(v) for k, v in errs.items()})) + "\n")  # fmt: skip
         log.flush()
