@@ -111,7 +111,8 @@ FP8S_ROWS = [(Row([4096] * b, 32, 8, kv_dtype="e4m3"), "single", FP8F[:1]) for b
 FP8P = [None, (128, 4, 3, True, None), (128, 4, 3, True, None, 2), (128, 4, 3, True, None, 3)]
 FP8P_ROWS = [
     (Row([131072], 32, 8, kv_dtype="e4m3"), "split", FP8P), (Row([65536], 12, 2, kv_dtype="e4m3"), "split", FP8P),
-    (Row([16384] * 4, 32, 8, kv_dtype="e4m3"), "split", FP8P), (Row([4096] * 16, 12, 2, kv_dtype="e4m3"), "split", FP8P),
+    (Row([16384] * 4, 32, 8, kv_dtype="e4m3"), "split", FP8P),
+    (Row([4096] * 16, 12, 2, kv_dtype="e4m3"), "split", FP8P),
     (Row([2048] * 8, 28, 4, kv_dtype="e4m3"), "split", FP8P), (Row([2048], 28, 4, kv_dtype="e4m3"), "split", FP8P),
 ] + [(Row([131072], 32, 8, kv_dtype="e4m3"), m, FP8P[:2]) for m in ("fixed33", "fixed66")] + [
     (Row([65536], 12, 2, kv_dtype="e4m3"), m, FP8P[:2]) for m in ("fixed64", "fixed128")
