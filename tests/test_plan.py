@@ -186,25 +186,24 @@ def test_plan_lengthens_short_fixed_splits(lens, splits, device, small_gpu, monk
 
 
 @pytest.mark.parametrize("lens", [[700, 650], [900, 40]], ids=["even", "uneven"])
-def test_plan_gives_long_fp8_chunks_the_long_tile(lens, device, small_gpu, monkeypatch):
+def test_plan_gives_fp8_caches_the_long_tile(lens, device, small_gpu, monkeypatch):
     """An fp8 cache (head dim 128, 8/2 heads) whose cut with FP8_LONG_TILE gives chunks of at least
-    FP8_LONG_MIN_TOKENS (lowered to one tile here: 4 SMs): the plan says long_chunks, its calls launch the 128-token
-    tile (fixed splits of an even batch, the device's plan for an uneven one), and the output is within the float64
-    reference's tolerance (NaN-filled out and lse). The same fixed splits without long_chunks launch
-    FP8_SPLIT_TILE's 64 tokens."""
+    FP8_LONG_MIN_TOKENS (0: any): the plan says fp8_long_tile, its calls launch the 128-token tile (fixed splits of
+    an even batch, the device's plan for an uneven one), and the output is within the float64 reference's tolerance
+    (NaN-filled out and lse). The same fixed splits without fp8_long_tile launch FP8_SPLIT_TILE's 64 tokens, and
+    with the threshold off (None) the plan does not ask for the tile."""
     from feature_helpers import lse_tolerance as fp8_lse_tolerance
 
     from flashdecode import launcher
     from flashdecode.check import output_tolerance as fp8_output_tolerance
     from flashdecode.reference import reference_dense
 
-    monkeypatch.setattr(plan_module, "FP8_LONG_MIN_TOKENS", 128)
     monkeypatch.setattr(launcher, "ENABLED", False)
     c = case(lens, 8, 2, 128, 16, torch.float32, device, seed=9, extra_table_columns=20)
     args = (c.q.to(torch.bfloat16), (c.k_cache / 0.05).to(torch.float8_e4m3fn),
             (c.v_cache / 0.3).to(torch.float8_e4m3fn), c.cache_seqlens, c.block_table)  # fmt: skip
     plan = plan_decode(*args[:2], *args[3:])
-    assert plan.long_chunks and plan.backend == "triton_splitk", plan.reason
+    assert plan.fp8_long_tile and plan.backend == "triton_splitk", plan.reason
     assert (plan.num_splits is None) == (lens[1] < 100) and ("long fp8 tile" in plan.reason or lens[1] < 100)
     tiles, launch = [], triton_splitk.launch
 
@@ -217,12 +216,14 @@ def test_plan_gives_long_fp8_chunks_the_long_tile(lens, device, small_gpu, monke
     scales = dict(k_scale=0.05, v_scale=0.3)
     ref_out, ref_lse = reference_dense(*args, **scales)
     # the device-planned call (uneven) fuses its merge here, and a fused call takes the long tile anyway
-    for p, block_n in ((plan, 128), (dataclasses.replace(plan, long_chunks=False), 64 if plan.num_splits else 128)):
+    for p, block_n in ((plan, 128), (dataclasses.replace(plan, fp8_long_tile=False), 64 if plan.num_splits else 128)):
         out, lse = decode_attention(*args, plan=p, out=torch.full_like(args[0], float("nan")), return_lse=True,
                                     **scales)  # fmt: skip
         assert tiles[-1] == block_n
         assert max_err(out, ref_out) <= fp8_output_tolerance(args, ref_out, **scales)
         assert lse_err(lse, ref_lse) <= fp8_lse_tolerance(args, ref_lse, **scales)
+    monkeypatch.setattr(plan_module, "FP8_LONG_MIN_TOKENS", None)
+    assert not plan_decode(*args[:2], *args[3:]).fp8_long_tile
 
 
 @pytest.mark.parametrize(

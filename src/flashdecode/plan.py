@@ -47,13 +47,14 @@ __all__ = ["DecodePlan", "plan_decode"]
 SINGLE_FULL_FILL = 0.95
 SINGLE_FULL_MAX_TOKENS = 1024
 # an fp8 cache's split-K calls take the single pass's 128-token tile (triton_common.FP8_LONG_TILE, 2 programs per
-# SM) instead of FP8_SPLIT_TILE (64 tokens under a 128-register cap, 4 per SM) when that tile's cut gives chunks of
-# at least this many tokens. H200, pipeline_probe fp8p at 3467794 (e4m3, graph µs, planned, FP8_SPLIT_TILE -> the
-# 128-token tile aiming at 2 programs per SM): 1 x 131072 32/8 97.5 -> 87.7 (4096-token chunks), 4 x 16384 32/8
-# 55.2 -> 48.7 (2048), 1 x 65536 12/2 20.1 -> 19.0 (512); but 16 x 4096 12/2 21.6 -> 21.9 (512), 8 x 2048 28/4
-# 15.9 -> 16.7 (256), 1 x 2048 28/4 6.9 -> 7.1 (128). `auto` cannot take it: only the lengths tell (docs/design.md).
-# None: never
-FP8_LONG_MIN_TOKENS = 1024
+# SM, planner target 2) instead of FP8_SPLIT_TILE (64 tokens under a 128-register cap, 4 per SM) when that tile's cut
+# gives chunks of at least this many tokens. H200, scripts/fp8_plan_probe.py (e4m3, graph µs, the plan without it ->
+# with it): at 26cef0b, 1 x 131072 32/8 98.9 -> 82.8 (4096-token chunks), 8 x 8192 32/8 55.7 -> 44.8, 4 x 16384
+# 12/2 20.6 -> 17.0, 16 x 4096 12/2 22.8 -> 18.9 (512), 64 x 1024 12/2 17.1 -> 15.5; at e088ba3 (`short`) the
+# 128-token chunks too: 8 x 2048 28/4 16.1 -> 13.2, 32 x 1024 12/2 16.4 -> 10.7, 8 x 1024 28/4 13.4 -> 10.3,
+# 1 x 2048 28/4 5.7 -> 5.6; no row slower. So every fp8 plan takes it (0). `auto`'s planned calls keep
+# FP8_SPLIT_TILE: there the tile lost on short rows (docs/design.md). None: never
+FP8_LONG_MIN_TOKENS = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -68,8 +69,8 @@ class DecodePlan:
         shapes: the call shapes the plan is for (checked by ``decode_attention``).
         counters: None, or for fixed splits merged in the last split program a zeroed int32 tensor of B * q_len * Hq
             elements on the call's device, which the calls leave at zero.
-        long_chunks: the split-K calls' chunks are long enough for an fp8 cache's 128-token tile
-            (``FP8_LONG_MIN_TOKENS``; ``triton_splitk.decode_splitk(long_chunks=True)``).
+        fp8_long_tile: the split-K calls of an fp8 cache take its 128-token tile (``FP8_LONG_MIN_TOKENS``;
+            ``triton_splitk.decode_splitk(fp8_long_tile=True)``).
     """
 
     backend: str
@@ -78,11 +79,11 @@ class DecodePlan:
     reason: str
     shapes: tuple
     counters: torch.Tensor | None = None
-    long_chunks: bool = False
+    fp8_long_tile: bool = False
 
     def __post_init__(self):
-        if self.long_chunks and self.backend != "triton_splitk":
-            raise ValueError(f"DecodePlan: long_chunks is for triton_splitk calls (got {self.backend!r})")
+        if self.fp8_long_tile and self.backend != "triton_splitk":
+            raise ValueError(f"DecodePlan: fp8_long_tile is for triton_splitk calls (got {self.backend!r})")
         ok = self.num_splits is None or (type(self.num_splits) is int and self.num_splits >= 1)
         if not ok or (self.dual_path and (self.backend, self.num_splits) != ("triton_splitk", None)):
             raise ValueError(
@@ -189,9 +190,9 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         return DecodePlan("triton", 1, False, "even short lengths, a single pass that fills the SMs alike", shapes)
     # the cut, as decode_splitk would plan it (the grid, tile and target of these shapes) for fixed splits, which
     # never fuse the merge as the planned call does (decode_splitk(counters=...) merges them in its own way)
-    def cut(long_chunks):
+    def cut(fp8_long_tile):
         cfg, saturation, tile = splitk.split_config(
-            head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, False, long_chunks
+            head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, False, fp8_long_tile
         )  # fmt: skip
         chunk = splitk.chunk_size(
             visible, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), cfg["BLOCK_N"],
@@ -200,7 +201,7 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         return cfg, chunk, tile
 
     cfg, chunk, _ = cut(False)
-    # an fp8 cache whose chunks would be long with its 128-token tile takes that tile (2 programs per SM) and its cut
+    # an fp8 cache takes its 128-token tile (2 programs per SM) and that tile's cut where the chunks are long enough
     long = False
     if FP8_LONG_MIN_TOKENS is not None:
         long_cfg, long_chunk, tile = cut(True)
@@ -211,7 +212,7 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones
     if len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len):
-        return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes, long_chunks=long)
+        return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes, fp8_long_tile=long)
     # ...in at most as many fixed splits, fewer where its chunks are short (FIXED_MIN_SPLIT_TILES)
     head_blocks = -(-q_len * group // cfg["BLOCK_H"])
     k = splitk.fixed_split_count(max(counts), chunk, cfg, batch * num_kv_heads * head_blocks, sms)
@@ -222,7 +223,7 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         # the last split program of each (sequence, KV head, head block) merges them and zeroes its counter again
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         return DecodePlan(name, k, False, reason + ", merged in the last split program", shapes, counters, long)
-    return DecodePlan(name, k, False, reason, shapes, long_chunks=long)
+    return DecodePlan(name, k, False, reason, shapes, fp8_long_tile=long)
 
 
 def _single_pass_fills(head_dim, group, dtype, q_len, kv_itemsize, batch, num_kv_heads, num_sms, visible) -> bool:

@@ -104,9 +104,10 @@ SATURATION_PER_SM = 4
 #   64 x 4096 520.0 against 542.6 planned
 # None: SATURATION_PER_SM for every tile (measurements)
 # "fp8_long": an fp8 cache's FP8_LONG_TILE (128 tokens, 199 registers: 2 programs per SM), in the fused merge's calls
-#   and plan_decode's calls of long chunks (FP8_LONG_MIN_TOKENS). pipeline_probe fp8p at 3467794 (planned, targets
-#   4 / 2 / 3): 1 x 131072 32/8 e4m3 91.9 / 87.7 / 100.3 us, 4 x 16384 32/8 52.8 / 48.7 / 60.4, 1 x 65536 12/2
-#   22.3 / 19.0 / 19.1
+#   and plan_decode's (plan.FP8_LONG_MIN_TOKENS). pipeline_probe fp8p at 3467794 (planned, targets 4 / 2 / 3):
+#   1 x 131072 32/8 e4m3 91.9 / 87.7 / 100.3 us, 4 x 16384 32/8 52.8 / 48.7 / 60.4, 1 x 65536 12/2 22.3 / 19.0 /
+#   19.1; the fused merge's rows (fp8_plan_probe at 26cef0b, auto, targets 2 / 4): 64 x 1024 12/2 18.0 / 23.1,
+#   ragged 1 x 131072 + 63 x 1024 32/8 135.9 / 140.3
 PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2, fp8_long=2)
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read).
 # H200, perf_probe overhead at 44b5525 (auto, graph µs, 32 -> 64 / 128 / 256): 112 x 512 12/2 28.1 -> 24.2 (two
@@ -925,18 +926,18 @@ _NO_COMBINE_PLAN = dict(
 
 def split_config(
     head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, fused: bool,
-    long_chunks: bool = False,
+    fp8_long_tile: bool = False,
 ) -> tuple[dict, int, str]:  # fmt: skip
     """(partial kernel launch config, programs per SM the planner aims at, tile class) for one call's shapes.
 
-    The config is ``launch_config``'s (an fp8 cache takes its long tile when the merge is fused or the caller
-    knows the chunks are long: ``long_chunks``, from ``plan_decode``), with SMALL_GROUP_SPLIT_TILE for groups < 4
+    The config is ``launch_config``'s (an fp8 cache takes its long tile when the merge is fused or the caller asks:
+    ``fp8_long_tile``, from ``plan_decode``), with SMALL_GROUP_SPLIT_TILE for groups < 4
     whose token row (Hkv * D * itemsize bytes) is a power of two. The planned launch caps the partial kernel at the
     planner's programs per SM (``launcher.cap_programs_per_sm``), whatever its registers allow. The planner's target
     comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "fp8_long" (``FP8_LONG_TILE``),
     "grouped" (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other
     small groups)."""
-    long_fp8 = (fused or long_chunks) and kv_itemsize == 1
+    long_fp8 = (fused or fp8_long_tile) and kv_itemsize == 1
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not long_fp8)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
@@ -1083,7 +1084,7 @@ def launch_combine(
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
     config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, counters=None,
-    long_chunks=False,
+    fp8_long_tile=False,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -1103,9 +1104,9 @@ def decode_splitk(
             blocks elements, kept zero by the calls. The last split program of each (sequence, KV head, head block)
             then merges the splits (``merge_if_last``) and resets its counter: no combine launch. The calls that
             share it must run one after another (one stream).
-        long_chunks: the caller knows the chunks are long (``plan_decode``, from the lengths): an fp8 cache takes
-            ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of ``FP8_SPLIT_TILE`` (``split_config``).
-            Any lengths give the right output either way.
+        fp8_long_tile: an fp8 cache takes ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of
+            ``FP8_SPLIT_TILE`` (``split_config``; ``plan_decode`` asks for it, from the lengths). Any lengths give
+            the right output either way.
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -1133,7 +1134,7 @@ def decode_splitk(
     fused = num_splits is None and not split_tokens
     fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     cfg, saturation, tile = split_config(
-        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_chunks
+        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, fp8_long_tile
     )  # fmt: skip
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
