@@ -14,7 +14,6 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
     python scripts/pipeline_probe.py fp8f   # fp8 split rows as fixed splits with the 128-token tile
     python scripts/pipeline_probe.py fp8s   # ...the same bytes as a single pass over B sequences and as B splits
     python scripts/pipeline_probe.py fp8p   # the uncapped 128-token fp8 tile on split rows, planner targets 2-4
-    python scripts/pipeline_probe.py fp8v   # fp8 V one tile ahead in registers (PREFETCH_PAGES 2)
 """
 
 import itertools
@@ -118,15 +117,6 @@ FP8P_ROWS = [
 ] + [(Row([131072], 32, 8, kv_dtype="e4m3"), m, FP8P[:2]) for m in ("fixed33", "fixed66")] + [
     (Row([65536], 12, 2, kv_dtype="e4m3"), m, FP8P[:2]) for m in ("fixed64", "fixed128")
 ]  # fmt: skip
-# fp8 V one tile ahead in registers (PREFETCH_PAGES 2: loaded with 16-byte loads, converted to fp16 there and handed
-# to the dot through shared memory) against V through the cp.async pipeline, which the dot reads with one-byte
-# shared loads (128 LDS.U8 a thread per 128-token tile, sm_90 SASS)
-FP8V = [(128, 4, 3, True, None), (128, 4, 3, 2, None), (128, 4, 2, 2, None), (64, 4, 3, 2, None), (128, 8, 3, 2, None)]
-FP8V_ROWS = [
-    (Row([4096] * 64, 32, 8, kv_dtype="e4m3"), "single", FP8V),
-    (Row([131072], 32, 8, kv_dtype="e4m3"), "fixed32", FP8V),
-    (Row([65536], 12, 2, kv_dtype="e4m3"), "fixed128", FP8V),
-]  # fmt: skip
 # MHA and small-group tiles with and without the page ids one tile ahead (measured for groups of 4-16 only, where they
 # paid); None: the default tile
 MHA_P = [None, (128, 4, 2, True), (64, 4, 3, True), (64, 4, 4, True), (128, 8, 2, True), (32, 4, 4, True)]
@@ -179,8 +169,7 @@ def main():
         tag += "-nopdl"
     probes = {"dims": DIM_ROWS, "fp8": FP8_ROWS, "mha": MHA_ROWS, "fp8reg": FP8_REG_ROWS, "occ": OCC_ROWS,
               "addr": ADDR_ROWS, "fp8w": FP8W_ROWS, "fp8f": FP8F_ROWS,
-              "fp8s": FP8S_ROWS, "fp8p": FP8P_ROWS,
-              "fp8v": FP8V_ROWS}
+              "fp8s": FP8S_ROWS, "fp8p": FP8P_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
@@ -228,7 +217,6 @@ def main():
                 def fn():
                     return decode_single(*next(it).args, scale, out, None, config=cfg, features=features)
             name = (f"{bn}/{warps}/{stages}" + ("/p" if prefetch and prefetch[0] else "")) if tile else "default"
-            name += "2" if prefetch and prefetch[0] == 2 else ""
             name += f"/r{prefetch[1]}" if len(prefetch) > 1 and prefetch[1] else ""
             name += f"/s{prefetch[2]}" if len(prefetch) > 2 else ""
             try:

@@ -477,26 +477,10 @@ def attend_range(
         offs_next = start + tl.arange(0, BLOCK_N)
         next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs_next < end,
                              other=0)  # fmt: skip
-    if PREFETCH_PAGES == 2:
-        # V one tile ahead in registers (then converted there and handed to the dot through shared memory), its
-        # page ids two tiles ahead: the first tile's V, the second tile's page ids
-        offs_after = start + BLOCK_N + tl.arange(0, BLOCK_N)
-        after_pages = tl.load(BLOCK_ROW + (offs_after.to(tl.uint32) // PAGE_SIZE) * stride_btp,
-                              mask=offs_after < end, other=0)  # fmt: skip
-        offs_v = start + tl.arange(0, BLOCK_N)
-        row_v = (offs_v.to(tl.uint32) % PAGE_SIZE).to(tl.int32)
-        v_next = tl.load(V + (next_pages * stride_vp + row_v * stride_vt)[:, None] + offs_d[None, :],
-                         mask=(offs_v < end)[:, None] & mask_d[None, :], other=0.0)  # fmt: skip
     for tile_start in range(start, end, BLOCK_N):
         offs_n = tile_start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
-        if PREFETCH_PAGES == 2:
-            page = next_pages
-            next_pages = after_pages
-            offs_after = offs_n + 2 * BLOCK_N
-            after_pages = tl.load(BLOCK_ROW + (offs_after.to(tl.uint32) // PAGE_SIZE) * stride_btp,
-                                  mask=offs_after < end, other=0)  # fmt: skip
-        elif PREFETCH_PAGES:
+        if PREFETCH_PAGES:
             page = next_pages
             offs_next = offs_n + BLOCK_N
             next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
@@ -515,14 +499,7 @@ def attend_range(
         mask_kv = mask_n[:, None] & mask_d[None, :]
         # [BLOCK_N, BLOCK_D]
         k = tl.load(K + k_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
-        if PREFETCH_PAGES == 2:
-            v = v_next
-            offs_v = offs_n + BLOCK_N
-            row_v = (offs_v.to(tl.uint32) % PAGE_SIZE).to(tl.int32)
-            v_next = tl.load(V + (next_pages * stride_vp + row_v * stride_vt)[:, None] + offs_d[None, :],
-                             mask=(offs_v < end)[:, None] & mask_d[None, :], other=0.0)  # fmt: skip
-        else:
-            v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
+        v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
         if not USE_DOT:
             # [BLOCK_H, 1, BLOCK_D] * [1, BLOCK_N, BLOCK_D] summed over D, in fp32
             s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
