@@ -18,7 +18,8 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
   the cut computed in place or a planner launch), halved while PREFETCH_TILE's chunks are shorter than
   ``triton_splitk.FIXED_MIN_SPLIT_TILES`` tiles and every SM keeps a program; k = 1: the single pass. With few
   splits and many (sequence, row) pairs (``triton_splitk.merge_fixed_in_partial``) the plan also holds zeroed
-  counters, and the last split program of each sequence and head merges the splits (no combine launch);
+  counters, and the last split program of each sequence and head merges the splits (no combine launch). An fp8
+  cache's splits take the single pass's 128-token tile (``FP8_LONG_MIN_TOKENS``, ``DecodePlan.fp8_long_tile``);
 * anything else (uneven batches, the tail split): ``auto``'s own device-planned call.
 
 Every choice is correct for any lengths (the single pass and fixed splits read the lengths on the device too), so
