@@ -511,7 +511,14 @@ def attend_range(
             if KV_FP8:
                 # e4m3 / e5m2 values are exact in bf16 and fp16 (q's dtype: fp16 with KV_FP8 == 2)
                 k = k.to(q.dtype)
-                v = v.to(q.dtype)
+                if KV_FP8 == 2 and v.dtype == tl.float8e4nv:
+                    v = tl.inline_asm_elementwise(
+                        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; "
+                            "cvt.rn.f16x2.e4m3x2 $1, hi; }",
+                        constraints="=r,=r,r", args=[v.to(tl.int8, bitcast=True)], dtype=tl.float16,
+                        is_pure=True, pack=4)
+                else:
+                    v = v.to(q.dtype)
             s = tl.dot(q, tl.trans(k))
         if HAS_SOFTCAP or HAS_ALIBI:
             # natural-scale logits: cap, then the ALiBi bias slope * (key - query position) <= 0, then to log2 units
