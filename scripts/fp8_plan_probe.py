@@ -4,6 +4,7 @@ out of L2, every variant checked against the float64 reference first. Writes $OU
 
     python scripts/fp8_plan_probe.py
     python scripts/fp8_plan_probe.py short   # rows of short chunks, lower thresholds
+    python scripts/fp8_plan_probe.py target  # the fp8 tile's planner target, 2 or 3 programs per SM
 """
 
 import itertools
@@ -38,13 +39,22 @@ SHORT_ROWS = [
 ]  # fmt: skip
 SHORT_VARIANTS = [("auto", "auto", 2), ("plan_never", None, 2), ("plan_128", 128, 2), ("plan_256", 256, 2),
                   ("plan_512", 512, 2)]  # fmt: skip
+# `fp8_plan_probe.py target`: with the fp8 tiles converted in inline PTX (triton_common.fp8_to_f16) the 128-token
+# tile takes 166 registers instead of 199, so 3 programs fit an SM: the fp8_long planner target 2 against 3
+TARGET_ROWS = [
+    Row([131072], 32, 8), Row([8192] * 8, 32, 8), Row([16384] * 4, 12, 2), Row([4096] * 16, 12, 2),
+    Row([1024] * 32, 12, 2), Row([2048] * 8, 28, 4), Row([65536], 12, 2), Row([1024] * 64, 12, 2),
+    Row([4096] * 48, 32, 8), Row([4096] * 64, 32, 8), Row([131072] + [1024] * 63, 32, 8),
+]  # fmt: skip
+TARGET_VARIANTS = [("auto", "auto", 2), ("auto_t3", "auto", 3), ("plan", 0, 2), ("plan_t3", 0, 3)]
 
 
 def main():
-    short = sys.argv[1:] == ["short"]
-    rows, variants = (SHORT_ROWS, SHORT_VARIANTS) if short else (ROWS, VARIANTS)
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    rows, variants = {"short": (SHORT_ROWS, SHORT_VARIANTS), "target": (TARGET_ROWS, TARGET_VARIANTS)}.get(
+        mode, (ROWS, VARIANTS))  # fmt: skip
     out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, f"fp8-plan{'-short' if short else ''}.jsonl"), "w")
+    log = open(os.path.join(out_dir, f"fp8-plan{'-' + mode if mode else ''}.jsonl"), "w")
     l2 = _l2_bytes("cuda")
     threshold, target = plan.FP8_LONG_MIN_TOKENS, triton_splitk.PLANNER_SATURATION["fp8_long"]
     table = []
