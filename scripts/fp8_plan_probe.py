@@ -39,8 +39,8 @@ SHORT_ROWS = [
 ]  # fmt: skip
 SHORT_VARIANTS = [("auto", "auto", 2), ("plan_never", None, 2), ("plan_128", 128, 2), ("plan_256", 256, 2),
                   ("plan_512", 512, 2)]  # fmt: skip
-# `fp8_plan_probe.py target`: with the fp8 tiles converted in inline PTX (triton_common.fp8_to_f16) the 128-token
-# tile takes 166 registers instead of 199, so 3 programs fit an SM: the fp8_long planner target 2 against 3
+# `fp8_plan_probe.py target`: the fp8_long planner target 2 against 3. Run at 6889bb1, where the fp8 tiles were
+# converted in inline PTX (fp8_to_f16, reverted): 166 registers instead of 199, so 3 programs fit an SM
 TARGET_ROWS = [
     Row([131072], 32, 8), Row([8192] * 8, 32, 8), Row([16384] * 4, 12, 2), Row([4096] * 16, 12, 2),
     Row([1024] * 32, 12, 2), Row([2048] * 8, 28, 4), Row([65536], 12, 2), Row([1024] * 64, 12, 2),

@@ -410,19 +410,6 @@ def softcap_logits(s, softcap):
 
 
 @triton.jit
-def fp8_to_f16(x):
-    """An fp8 (e4m3 / e5m2) tile as fp16, exactly: ``cvt.rn.f16x2.e4m3x2`` / ``e5m2x2`` (sm_89+) on 4 elements at a
-    time, in inline PTX. ``x.to(tl.float16)`` emits the same conversions, but the inline form leaves ptxas with 166
-    registers instead of 199 in the 128-token tile's loop (sm_90): 3 programs per SM instead of 2."""
-    fmt: tl.constexpr = "e4m3x2" if x.dtype == tl.float8e4nv else "e5m2x2"
-    return tl.inline_asm_elementwise(
-        asm="{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2." + fmt + " $0, lo; cvt.rn.f16x2." + fmt
-        + " $1, hi; }",
-        constraints="=r,=r,r", args=[x.to(tl.int8, bitcast=True)], dtype=tl.float16, is_pure=True, pack=4,
-    )  # fmt: skip
-
-
-@triton.jit
 def attend_range(
     q,
     m_i,
@@ -523,12 +510,8 @@ def attend_range(
         else:
             if KV_FP8:
                 # e4m3 / e5m2 values are exact in bf16 and fp16 (q's dtype: fp16 with KV_FP8 == 2)
-                if KV_FP8 == 2:
-                    k = fp8_to_f16(k)
-                    v = fp8_to_f16(v)
-                else:
-                    k = k.to(q.dtype)
-                    v = v.to(q.dtype)
+                k = k.to(q.dtype)
+                v = v.to(q.dtype)
             s = tl.dot(q, tl.trans(k))
         if HAS_SOFTCAP or HAS_ALIBI:
             # natural-scale logits: cap, then the ALiBi bias slope * (key - query position) <= 0, then to log2 units
