@@ -16,7 +16,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, plan, plan_decode, triton_splitk
-from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, rotation_copies
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -61,8 +61,7 @@ def main():
     for row in rows:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
-        c.k_cache = (c.k_cache.float() / FP8_K_SCALE).to(torch.float8_e4m3fn)
-        c.v_cache = (c.v_cache.float() / FP8_V_SCALE).to(torch.float8_e4m3fn)
+        quantize_kv(c, "e4m3")
         ref, _ = reference_dense(c.q, c.k_cache.float() * FP8_K_SCALE, c.v_cache.float() * FP8_V_SCALE, *c.args[3:],
                                  device="cuda")  # fmt: skip
         copies = rotation_copies(c, l2)

@@ -16,7 +16,7 @@ import sys
 import torch
 
 from flashdecode import decode_attention, triton_splitk
-from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, quantize_kv
 from flashdecode.cases import random_paged_case
 from flashdecode.triton_common import Features
 from flashdecode.triton_single import decode_single
@@ -27,9 +27,7 @@ batch, length = (int(a) for a in sys.argv[3:5]) if len(sys.argv) >= 5 else (64, 
 c = random_paged_case([length] * batch, 32, 8, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
 kw, features = {}, Features()
 if kind != "bf16":
-    fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[kind]
-    c.k_cache = (c.k_cache.float() / FP8_K_SCALE).to(fp8)
-    c.v_cache = (c.v_cache.float() / FP8_V_SCALE).to(fp8)
+    quantize_kv(c, kind)
     kw = dict(k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
     features = Features(kv_fp8=True, k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
 # the single pass's fp8 tile (triton_common.FP8_LONG_TILE)

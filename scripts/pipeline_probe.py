@@ -26,7 +26,7 @@ from triton.testing import do_bench_cudagraph
 
 import flashdecode
 from flashdecode import triton_common, triton_splitk
-from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, rotation_copies
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -181,9 +181,7 @@ def main():
                               spare_pages=0)  # fmt: skip
         features = Features()
         if row.kv_dtype:
-            fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[row.kv_dtype]
-            c.k_cache = (c.k_cache.float() / FP8_K_SCALE).to(fp8)
-            c.v_cache = (c.v_cache.float() / FP8_V_SCALE).to(fp8)
+            quantize_kv(c, row.kv_dtype)
             features = Features(kv_fp8=True, k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
             ref, _ = reference_dense(c.q, c.k_cache.float() * FP8_K_SCALE, c.v_cache.float() * FP8_V_SCALE,
                                      *c.args[3:], device="cuda")  # fmt: skip

@@ -184,15 +184,15 @@ def decode_attention(
         if plan is not None:
             plan.check(call_shapes(q_in, k_cache, block_table, features.window_left))
         # a plan picks among the Triton kernels (each implements every feature); PyTorch's pick needs the features
-        merge = {}
+        plan_kwargs = {}
         if plan is None or not plan.backend.startswith("triton"):
             name, splits = _choose_backend(backend, num_splits, q_in, k_cache, block_table, features, deterministic)
         else:
             name, splits = plan.backend, (DUAL_PATH if plan.dual_path else plan.num_splits)
             if counters is not None:
-                merge = {"counters": counters}
+                plan_kwargs["counters"] = counters
             if plan.fp8_long_tile:
-                merge["fp8_long_tile"] = True
+                plan_kwargs["fp8_long_tile"] = True
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -200,7 +200,8 @@ def decode_attention(
         # only the backends whose every launch and workspace goes through launcher.launch / workspace are recorded
         with launcher.recording(key if name in _REPLAYABLE else None, inputs):
             _BACKEND_FNS[name](
-                q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits, **merge
+                q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits,
+                **plan_kwargs,
             )  # fmt: skip
     return (out, lse) if return_lse else out
 

@@ -83,6 +83,17 @@ class Row:
 FP8_K_SCALE, FP8_V_SCALE = 0.05, 0.3
 
 
+def quantize_kv(case, kv_dtype: str):
+    """Quantise a case's K and V caches in place to fp8 ("e4m3" / "e5m2") with the fp8 rows' scales: k / FP8_K_SCALE,
+    v / FP8_V_SCALE (unused pages stay NaN). Returns the case."""
+    import torch
+
+    fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[kv_dtype]
+    case.k_cache = (case.k_cache.float() / FP8_K_SCALE).to(fp8)
+    case.v_cache = (case.v_cache.float() / FP8_V_SCALE).to(fp8)
+    return case
+
+
 def _uniform(batch, seqlen, hq, hkv, **kw):
     return Row([seqlen] * batch, hq, hkv, **kw)
 
@@ -355,9 +366,7 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
             device, spare_pages=0 if on_gpu else 3, seed=len(results),
         )  # fmt: skip
         if row.kv_dtype:
-            fp8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[row.kv_dtype]
-            case.k_cache = (case.k_cache.float() / FP8_K_SCALE).to(fp8)
-            case.v_cache = (case.v_cache.float() / FP8_V_SCALE).to(fp8)
+            quantize_kv(case, row.kv_dtype)
         ref_out, _ = reference_dense(*case.args, device=device, **row.feature_kwargs())
         tolerance = output_tolerance(case.args, ref_out, **row.feature_kwargs())
         copies = rotation_copies(case, l2) if on_gpu and not warm_l2 else [case]

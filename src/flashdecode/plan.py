@@ -201,14 +201,10 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         )  # fmt: skip
         return cfg, chunk, tile
 
-    cfg, chunk, _ = cut(False)
     # an fp8 cache takes its 128-token tile (2 programs per SM) and that tile's cut where the chunks are long enough
-    long = False
-    if FP8_LONG_MIN_TOKENS is not None:
-        long_cfg, long_chunk, tile = cut(True)
-        long = tile == "fp8_long" and long_chunk >= FP8_LONG_MIN_TOKENS
-        if long:
-            cfg, chunk = long_cfg, long_chunk
+    long_cut = cut(True) if kv_itemsize == 1 and FP8_LONG_MIN_TOKENS is not None else None
+    long = long_cut is not None and long_cut[2] == "fp8_long" and long_cut[1] >= FP8_LONG_MIN_TOKENS
+    cfg, chunk, _ = long_cut if long else cut(False)
     counts = [-(-n // chunk) for n in visible]
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones

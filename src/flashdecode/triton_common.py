@@ -229,9 +229,14 @@ def single_pass_long_grid(cfg: dict, programs: int, num_sms: int | None) -> bool
     )
 
 
+def uses_tile(cfg: dict, tile: dict | None) -> bool:
+    """Whether a launch config is a tile table entry's (every key of it set to its value); None: off, never."""
+    return bool(tile) and all(cfg.get(k) == v for k, v in tile.items())
+
+
 def uses_prefetch_tile(cfg: dict) -> bool:
     """Whether a launch config is PREFETCH_TILE's."""
-    return bool(PREFETCH_TILE) and all(cfg.get(k) == v for k, v in PREFETCH_TILE.items())
+    return uses_tile(cfg, PREFETCH_TILE)
 
 
 def cache_offsets_fit_int32(*caches) -> bool:

@@ -76,6 +76,7 @@ from .triton_common import (
     store_group,
     use_pdl,
     uses_prefetch_tile,
+    uses_tile,
     wait_for_previous,
     window_start,
     window_starts,
@@ -946,7 +947,7 @@ def split_config(
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     tile = "grouped" if q_len * group >= 4 else ("small_group" if small else "mha")
     tile = "deep" if cfg["BLOCK_D"] > 128 else tile
-    if long_fp8 and FP8_LONG_TILE and all(cfg.get(k) == v for k, v in FP8_LONG_TILE.items()):
+    if long_fp8 and uses_tile(cfg, FP8_LONG_TILE):
         tile = "fp8_long"
     return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile
 
