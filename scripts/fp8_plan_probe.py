@@ -74,7 +74,7 @@ def main():
                 plan.FP8_LONG_MIN_TOKENS = thr
                 p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
                 kw["plan"] = p
-                notes[name] = f"S{p.num_splits}{'L' if p.fp8_long_tile else ''}"
+                notes[name] = f"S{p.num_splits}{'L' if p.long_tile else ''}"
             it = itertools.cycle(copies)
 
             def fn():

@@ -12,8 +12,8 @@ starts so; ``--timing-only`` prints each variant's error instead of asserting it
 on purpose, to see what that work costs). A row whose plan is the single pass times the single pass.
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
 times fixed splits with that partial tile (BLOCK_N, stages[, warps]) too, as ``decode_splitk(config=...)`` takes it.
-``--no-combine`` also times each combine-launched variant without its combine launch (timing only: the output is
-not merged), to see what the combine costs.
+``--plan-only`` times the plan's S alone. ``--no-combine`` also times each combine-launched variant without its
+combine launch (timing only: the output is not merged), to see what the combine costs.
 """
 
 import argparse
@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--timing-only", action="store_true", help="print errors instead of asserting them")
     ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
     ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages[,warps]: a partial tile to time too")
+    ap.add_argument("--plan-only", action="store_true", help="time the plan's S only (no half and double)")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
@@ -68,7 +69,9 @@ def main():
             variants = [("single", 1, None, None)]
         else:
             splits = [int(s) for s in args.splits.split(",") if s]
-            splits = splits or [s for s in (plan.num_splits // 2, plan.num_splits, plan.num_splits * 2) if 1 < s]
+            s0 = plan.num_splits
+            around = (s0,) if args.plan_only else (s0 // 2, s0, s0 * 2)
+            splits = splits or [s for s in around if 1 < s]
             variants = [(f"fixed S={s}", s, None, None) for s in splits]
             variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
             for tile in args.tile:

@@ -188,9 +188,9 @@ def test_plan_lengthens_short_fixed_splits(lens, splits, device, small_gpu, monk
 @pytest.mark.parametrize("lens", [[700, 650], [900, 40]], ids=["even", "uneven"])
 def test_plan_gives_fp8_caches_the_long_tile(lens, device, small_gpu, monkeypatch):
     """An fp8 cache (head dim 128, 8/2 heads) whose cut with FP8_LONG_TILE gives chunks of at least
-    FP8_LONG_MIN_TOKENS (0: any): the plan says fp8_long_tile, its calls launch the 128-token tile (fixed splits of
+    FP8_LONG_MIN_TOKENS (0: any): the plan says long_tile, its calls launch the 128-token tile (fixed splits of
     an even batch, the device's plan for an uneven one), and the output is within the float64 reference's tolerance
-    (NaN-filled out and lse). The same fixed splits without fp8_long_tile launch FP8_SPLIT_TILE's 64 tokens, and
+    (NaN-filled out and lse). The same fixed splits without long_tile launch FP8_SPLIT_TILE's 64 tokens, and
     with the threshold off (None) the plan does not ask for the tile."""
     from feature_helpers import lse_tolerance as fp8_lse_tolerance
 
@@ -203,7 +203,7 @@ def test_plan_gives_fp8_caches_the_long_tile(lens, device, small_gpu, monkeypatc
     args = (c.q.to(torch.bfloat16), (c.k_cache / 0.05).to(torch.float8_e4m3fn),
             (c.v_cache / 0.3).to(torch.float8_e4m3fn), c.cache_seqlens, c.block_table)  # fmt: skip
     plan = plan_decode(*args[:2], *args[3:])
-    assert plan.fp8_long_tile and plan.backend == "triton_splitk", plan.reason
+    assert plan.long_tile and plan.backend == "triton_splitk", plan.reason
     assert (plan.num_splits is None) == (lens[1] < 100) and ("long fp8 tile" in plan.reason or lens[1] < 100)
     tiles, launch = [], triton_splitk.launch
 
@@ -216,14 +216,56 @@ def test_plan_gives_fp8_caches_the_long_tile(lens, device, small_gpu, monkeypatc
     scales = dict(k_scale=0.05, v_scale=0.3)
     ref_out, ref_lse = reference_dense(*args, **scales)
     # the device-planned call (uneven) fuses its merge here, and a fused call takes the long tile anyway
-    for p, block_n in ((plan, 128), (dataclasses.replace(plan, fp8_long_tile=False), 64 if plan.num_splits else 128)):
+    for p, block_n in ((plan, 128), (dataclasses.replace(plan, long_tile=False), 64 if plan.num_splits else 128)):
         out, lse = decode_attention(*args, plan=p, out=torch.full_like(args[0], float("nan")), return_lse=True,
                                     **scales)  # fmt: skip
         assert tiles[-1] == block_n
         assert max_err(out, ref_out) <= fp8_output_tolerance(args, ref_out, **scales)
         assert lse_err(lse, ref_lse) <= fp8_lse_tolerance(args, ref_lse, **scales)
     monkeypatch.setattr(plan_module, "FP8_LONG_MIN_TOKENS", None)
-    assert not plan_decode(*args[:2], *args[3:]).fp8_long_tile
+    assert not plan_decode(*args[:2], *args[3:]).long_tile
+
+
+@pytest.mark.parametrize("lens", [[512], [480, 400]], ids=["uniform", "even"])
+def test_plan_gives_long_mha_rows_the_deep_tile(lens, device, small_gpu, monkeypatch):
+    """MHA heads whose token row is not a power of two (3/3 heads of dim 64, bf16: the "mha" tile class), fixed
+    splits whose chunks reach MHA_LONG_MIN_TOKENS (lowered here to the tile's 128 tokens) on a grid that fills the
+    SMs' 3 slots: the plan says long_tile, its calls launch MHA_LONG_TILE (3 stages; 2 without the flag), and the
+    output is within the float64 reference's tolerance (NaN-filled out and lse). With the default threshold (4096
+    tokens) or None the plan keeps the 2-stage tile."""
+    from flashdecode import launcher
+
+    monkeypatch.setattr(launcher, "ENABLED", False)
+    c = case(lens, 3, 3, 64, 16, torch.bfloat16, device, seed=5, extra_table_columns=20)
+    assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
+    monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", 128)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.long_tile and plan.num_splits > 1 and "3-stage MHA tile" in plan.reason, plan.reason
+    stages, launch = [], triton_splitk.launch
+
+    def noting(kernel, grid, *a, **kw):
+        if kernel is triton_splitk._partial_kernel:
+            stages.append((kw["BLOCK_N"], kw["num_stages"]))
+        return launch(kernel, grid, *a, **kw)
+
+    monkeypatch.setattr(triton_splitk, "launch", noting)
+    for p, tile in ((plan, (128, 3)), (dataclasses.replace(plan, long_tile=False), (128, 2))):
+        _run_checked(c, p, torch.bfloat16)
+        assert stages[-1] == tile
+    monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", None)
+    assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
+
+
+@pytest.mark.parametrize(
+    "chunk, programs, long",
+    [(4096, 384, True), (8192, 396, True), (4096, 792, True), (2048, 384, False), (8192, 320, False),
+     (8192, 288, False), (8192, 400, False)],
+)  # fmt: skip
+def test_mha_long_rule(chunk, programs, long):
+    """The rule as measured on the H200 (132 SMs, 3 programs each: waves of 396): chunks of 4096 tokens or more on a
+    grid whose last wave is at least 90% full; 2048-token chunks and grids of 320, 288 or 400 programs keep the
+    2-stage tile."""
+    assert plan_module._mha_long(chunk, programs, 3 * 132) == long
 
 
 @pytest.mark.parametrize(

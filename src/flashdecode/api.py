@@ -191,8 +191,8 @@ def decode_attention(
             name, splits = plan.backend, (DUAL_PATH if plan.dual_path else plan.num_splits)
             if counters is not None:
                 plan_kwargs["counters"] = counters
-            if plan.fp8_long_tile:
-                plan_kwargs["fp8_long_tile"] = True
+            if plan.long_tile:
+                plan_kwargs["long_tile"] = True
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -296,7 +296,7 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
 
 def _run_triton_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits, counters=None,
-    fp8_long_tile=False,
+    long_tile=False,
 ):  # fmt: skip
     splitk = _kernels()[2]
     split_tokens = None
@@ -310,7 +310,7 @@ def _run_triton_splitk(
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
         num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
-        dual_path=dual_path, counters=counters, fp8_long_tile=fp8_long_tile,
+        dual_path=dual_path, counters=counters, long_tile=long_tile,
     )  # fmt: skip
 
 

@@ -19,7 +19,8 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
   ``triton_splitk.FIXED_MIN_SPLIT_TILES`` tiles and every SM keeps a program; k = 1: the single pass. With few
   splits and many (sequence, row) pairs (``triton_splitk.merge_fixed_in_partial``) the plan also holds zeroed
   counters, and the last split program of each sequence and head merges the splits (no combine launch). An fp8
-  cache's splits take the single pass's 128-token tile (``FP8_LONG_MIN_TOKENS``, ``DecodePlan.fp8_long_tile``);
+  cache's splits take the single pass's 128-token tile (``FP8_LONG_MIN_TOKENS``), and long MHA rows' fixed splits
+  a deeper MHA tile (``MHA_LONG_MIN_TOKENS``): ``DecodePlan.long_tile``;
 * anything else (uneven batches, the tail split): ``auto``'s own device-planned call.
 
 Every choice is correct for any lengths (the single pass and fixed splits read the lengths on the device too), so
@@ -56,6 +57,15 @@ SINGLE_FULL_MAX_TOKENS = 1024
 # 1 x 2048 28/4 5.7 -> 5.6; no row slower. So every fp8 plan takes it (0). `auto`'s planned calls keep
 # FP8_SPLIT_TILE: there the tile lost on short rows (docs/design.md). None: never
 FP8_LONG_MIN_TOKENS = 0
+# fixed splits of the "mha" tile class (groups < 4 whose token row is not a power of two, 16-bit cache, head dim <=
+# 128) take triton_splitk.MHA_LONG_TILE (one more stage) when their chunks have at least this many tokens and the grid
+# fills its last wave of 3 programs per SM to at least MHA_LONG_MIN_FILL. H200, scripts/fused_fixed_probe.py at
+# b3326e4 and plan_probe... (graph µs): 4096-token chunks and longer, 384 programs (0.97): 1 x 131072 12/12 186.0 ->
+# 183.9, 4 x 65536 12/12 366.6 -> 360.0, 1 x 262144 6/6 187.3 -> 186.4, 16 x 8192 12/12 185.4 -> 183.0; 2048-token
+# chunks tie (1 x 65536 12/12 95.9, 1 x 131072 6/6 97.7 -> 97.8); 320 programs (0.81) lose, 1 x 131072 20/20 311.6 ->
+# 318.1, and 288 (0.73), 3 x 65536 12/12 283.9 -> 290.7. None: never
+MHA_LONG_MIN_TOKENS = 4096
+MHA_LONG_MIN_FILL = 0.9
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,8 +80,9 @@ class DecodePlan:
         shapes: the call shapes the plan is for (checked by ``decode_attention``).
         counters: None, or for fixed splits merged in the last split program a zeroed int32 tensor of B * q_len * Hq
             elements on the call's device, which the calls leave at zero.
-        fp8_long_tile: the split-K calls of an fp8 cache take its 128-token tile (``FP8_LONG_MIN_TOKENS``;
-            ``triton_splitk.decode_splitk(fp8_long_tile=True)``).
+        long_tile: the split-K calls take the long-chunk tile of their tile class
+            (``triton_splitk.decode_splitk(long_tile=True)``): an fp8 cache's 128-token tile (``FP8_LONG_MIN_TOKENS``)
+            or, for long MHA rows' fixed splits, the 3-stage MHA tile (``MHA_LONG_MIN_TOKENS``).
     """
 
     backend: str
@@ -80,11 +91,11 @@ class DecodePlan:
     reason: str
     shapes: tuple
     counters: torch.Tensor | None = None
-    fp8_long_tile: bool = False
+    long_tile: bool = False
 
     def __post_init__(self):
-        if self.fp8_long_tile and self.backend != "triton_splitk":
-            raise ValueError(f"DecodePlan: fp8_long_tile is for triton_splitk calls (got {self.backend!r})")
+        if self.long_tile and self.backend != "triton_splitk":
+            raise ValueError(f"DecodePlan: long_tile is for triton_splitk calls (got {self.backend!r})")
         ok = self.num_splits is None or (type(self.num_splits) is int and self.num_splits >= 1)
         if not ok or (self.dual_path and (self.backend, self.num_splits) != ("triton_splitk", None)):
             raise ValueError(
@@ -191,36 +202,49 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         return DecodePlan("triton", 1, False, "even short lengths, a single pass that fills the SMs alike", shapes)
     # the cut, as decode_splitk would plan it (the grid, tile and target of these shapes) for fixed splits, which
     # never fuse the merge as the planned call does (decode_splitk(counters=...) merges them in its own way)
-    def cut(fp8_long_tile):
+    def cut(long_tile):
         cfg, saturation, tile = splitk.split_config(
-            head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, False, fp8_long_tile
+            head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, False, long_tile
         )  # fmt: skip
         chunk = splitk.chunk_size(
             visible, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), cfg["BLOCK_N"],
             splitk.num_candidates(max_tokens, cfg["BLOCK_N"]), saturation,
         )  # fmt: skip
-        return cfg, chunk, tile
+        return cfg, chunk, tile, saturation
 
     # an fp8 cache takes its 128-token tile (2 programs per SM) and that tile's cut where the chunks are long enough
     long_cut = cut(True) if kv_itemsize == 1 and FP8_LONG_MIN_TOKENS is not None else None
     long = long_cut is not None and long_cut[2] == "fp8_long" and long_cut[1] >= FP8_LONG_MIN_TOKENS
-    cfg, chunk, _ = long_cut if long else cut(False)
+    cfg, chunk, tile, saturation = long_cut if long else cut(False)
     counts = [-(-n // chunk) for n in visible]
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones
     if len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len):
-        return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes, fp8_long_tile=long)
+        return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes, long_tile=long)
     # ...in at most as many fixed splits, fewer where its chunks are short (FIXED_MIN_SPLIT_TILES)
     head_blocks = -(-q_len * group // cfg["BLOCK_H"])
     k = splitk.fixed_split_count(max(counts), chunk, cfg, batch * num_kv_heads * head_blocks, sms)
     if k <= 1:
         return DecodePlan("triton", 1, False, "one chunk a sequence: the single pass", shapes)
     reason = f"up to {k} chunks a sequence: {k} fixed splits" + (" of the long fp8 tile" if long else "")
+    programs = batch * num_kv_heads * head_blocks * k
+    if tile == "mha" and kv_itemsize == 2 and _mha_long(chunk, programs, saturation * sms):
+        # the same cut and grid, one more stage of loads in flight
+        long, reason = True, reason + " of the 3-stage MHA tile"
     if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, k, sms):
         # the last split program of each (sequence, KV head, head block) merges them and zeroes its counter again
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         return DecodePlan(name, k, False, reason + ", merged in the last split program", shapes, counters, long)
-    return DecodePlan(name, k, False, reason, shapes, fp8_long_tile=long)
+    return DecodePlan(name, k, False, reason, shapes, long_tile=long)
+
+
+def _mha_long(chunk: int, programs: int, wave: int) -> bool:
+    """Whether fixed splits of the MHA tile take MHA_LONG_TILE: chunks of at least MHA_LONG_MIN_TOKENS tokens and a
+    grid of `programs` whose last wave (of `wave` resident programs) is at least MHA_LONG_MIN_FILL full."""
+    if MHA_LONG_MIN_TOKENS is None or chunk < MHA_LONG_MIN_TOKENS:
+        return False
+    waves = -(-programs // wave)
+    return programs >= MHA_LONG_MIN_FILL * waves * wave
 
 
 def _single_pass_fills(head_dim, group, dtype, q_len, kv_itemsize, batch, num_kv_heads, num_sms, visible) -> bool:

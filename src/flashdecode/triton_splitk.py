@@ -109,7 +109,8 @@ SATURATION_PER_SM = 4
 #   1 x 131072 32/8 e4m3 91.9 / 87.7 / 100.3 us, 4 x 16384 32/8 52.8 / 48.7 / 60.4, 1 x 65536 12/2 22.3 / 19.0 /
 #   19.1; the fused merge's rows (fp8_plan_probe at 26cef0b, auto, targets 2 / 4): 64 x 1024 12/2 18.0 / 23.1,
 #   ragged 1 x 131072 + 63 x 1024 32/8 135.9 / 140.3
-PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2, fp8_long=2)
+# "mha_long": MHA_LONG_TILE, 3 programs per SM as "mha" (the cut is the "mha" tile's)
+PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2, fp8_long=2, mha_long=3)
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read).
 # H200, perf_probe overhead at 44b5525 (auto, graph µs, 32 -> 64 / 128 / 256): 112 x 512 12/2 28.1 -> 24.2 (two
 # 256-token chunks a sequence instead of four of 128), every other planned row of the probe (the anchor grid's, the
@@ -140,6 +141,15 @@ COMBINE_WIDE = (256, 4)
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement;
 # with the planned partials capped at 4 per SM still 4-5% slower, sweeps/sg12-235fde1)
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
+# ...and the other groups < 4 (the "mha" tile class: 128 tokens, 2 stages) one stage deeper for plan_decode's fixed
+# splits of long MHA rows (tile class "mha_long", plan.MHA_LONG_MIN_TOKENS): the same 72 KB of shared memory and
+# 3 programs per SM (152 registers against 121, sm_90 compile), a third tile of loads in flight. H200,
+# scripts/fused_fixed_probe.py --plan-only --tile 128,3 at b3326e4 (graph µs, two runs within 0.3): 384-program grids
+# of 4096-token chunks and longer 1 x 131072 12/12 186.0 -> 183.9, 4 x 65536 12/12 366.6 -> 360.0, 2 x 65536 12/12
+# 186.6 -> 184.2, 1 x 131072 24/24 363.3 -> 360.5, 16 x 8192 12/12 (S 2, merged) 185.4 -> 183.0; 2048-token chunks
+# tie (1 x 65536 12/12 95.9 and 95.9, 4 x 16384 95.8 -> 95.4); grids that leave many SMs a slot empty lose (1 x 131072
+# 20/20, 320 programs: 311.6 -> 318.1; 3 x 65536 12/12, 288: 283.9 -> 290.7). None: off
+MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
 # planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
 # program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
 # only those. Fewer (sequence, row) pairs keep the separate, wide combine. H200 (probe dbeb3c5, serial merge):
@@ -927,18 +937,19 @@ _NO_COMBINE_PLAN = dict(
 
 def split_config(
     head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, fused: bool,
-    fp8_long_tile: bool = False,
+    long_tile: bool = False,
 ) -> tuple[dict, int, str]:  # fmt: skip
     """(partial kernel launch config, programs per SM the planner aims at, tile class) for one call's shapes.
 
-    The config is ``launch_config``'s (an fp8 cache takes its long tile when the merge is fused or the caller asks:
-    ``fp8_long_tile``, from ``plan_decode``), with SMALL_GROUP_SPLIT_TILE for groups < 4
-    whose token row (Hkv * D * itemsize bytes) is a power of two. The planned launch caps the partial kernel at the
-    planner's programs per SM (``launcher.cap_programs_per_sm``), whatever its registers allow. The planner's target
-    comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "fp8_long" (``FP8_LONG_TILE``),
-    "grouped" (q_len x group >= 4), "small_group" (the split tile above) or "mha" (the 128-token tile of the other
-    small groups)."""
-    long_fp8 = (fused or fp8_long_tile) and kv_itemsize == 1
+    The config is ``launch_config``'s, with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize
+    bytes) is a power of two. ``long_tile`` (from ``plan_decode``, which reads the lengths) asks for the long-chunk
+    tile of the shapes' class: an fp8 cache's ``FP8_LONG_TILE`` (which the fused merge takes anyway) or the "mha"
+    tile's ``MHA_LONG_TILE``; other classes have none. The planned launch caps the partial kernel at the planner's
+    programs per SM (``launcher.cap_programs_per_sm``), whatever its registers allow. The planner's target comes
+    from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "fp8_long" (``FP8_LONG_TILE``), "grouped"
+    (q_len x group >= 4), "small_group" (the split tile above), "mha" (the 128-token tile of the other small groups)
+    or "mha_long" (``MHA_LONG_TILE``)."""
+    long_fp8 = (fused or long_tile) and kv_itemsize == 1
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not long_fp8)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
     small = bool(SMALL_GROUP_SPLIT_TILE) and q_len * group < 4 and cfg["BLOCK_D"] <= 128
@@ -949,6 +960,9 @@ def split_config(
     tile = "deep" if cfg["BLOCK_D"] > 128 else tile
     if long_fp8 and uses_tile(cfg, FP8_LONG_TILE):
         tile = "fp8_long"
+    elif long_tile and tile == "mha" and MHA_LONG_TILE:
+        cfg.update(MHA_LONG_TILE)
+        tile = "mha_long"
     return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile
 
 
@@ -1085,7 +1099,7 @@ def launch_combine(
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
     config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, counters=None,
-    fp8_long_tile=False,
+    long_tile=False,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -1105,9 +1119,10 @@ def decode_splitk(
             blocks elements, kept zero by the calls. The last split program of each (sequence, KV head, head block)
             then merges the splits (``merge_if_last``) and resets its counter: no combine launch. The calls that
             share it must run one after another (one stream).
-        fp8_long_tile: an fp8 cache takes ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of
-            ``FP8_SPLIT_TILE`` (``split_config``; ``plan_decode`` asks for it, from the lengths). Any lengths give
-            the right output either way.
+        long_tile: the partial kernel takes the long-chunk tile of the shapes' class (``split_config``): an fp8
+            cache's ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of ``FP8_SPLIT_TILE``, the MHA tile's
+            ``MHA_LONG_TILE`` (3 stages); ``plan_decode`` asks for it, from the lengths. Any lengths give the right
+            output either way.
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -1135,7 +1150,7 @@ def decode_splitk(
     fused = num_splits is None and not split_tokens
     fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     cfg, saturation, tile = split_config(
-        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, fp8_long_tile
+        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile
     )  # fmt: skip
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
