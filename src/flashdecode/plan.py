@@ -59,11 +59,14 @@ SINGLE_FULL_MAX_TOKENS = 1024
 FP8_LONG_MIN_TOKENS = 0
 # fixed splits of the "mha" tile class (groups < 4 whose token row is not a power of two, 16-bit cache, head dim <=
 # 128) take triton_splitk.MHA_LONG_TILE (one more stage) when their chunks have at least this many tokens and the grid
-# fills its last wave of 3 programs per SM to at least MHA_LONG_MIN_FILL. H200, scripts/fused_fixed_probe.py at
-# b3326e4 and plan_probe... (graph µs): 4096-token chunks and longer, 384 programs (0.97): 1 x 131072 12/12 186.0 ->
-# 183.9, 4 x 65536 12/12 366.6 -> 360.0, 1 x 262144 6/6 187.3 -> 186.4, 16 x 8192 12/12 185.4 -> 183.0; 2048-token
-# chunks tie (1 x 65536 12/12 95.9, 1 x 131072 6/6 97.7 -> 97.8); 320 programs (0.81) lose, 1 x 131072 20/20 311.6 ->
-# 318.1, and 288 (0.73), 3 x 65536 12/12 283.9 -> 290.7. None: never
+# fills its last wave of 3 programs per SM to at least MHA_LONG_MIN_FILL. H200 (graph µs, docs/benchmarks/
+# h200-2026-11-24/sweeps/mha-long-tile-21ed679): scripts/fused_fixed_probe.py --tile 128,3 at b3326e4, 384 programs
+# (0.97 a wave) of 4096-token chunks and longer: 1 x 131072 12/12 186.0 -> 183.9, 4 x 65536 12/12 366.6 -> 360.0,
+# 1 x 262144 6/6 187.3 -> 186.4, 16 x 8192 12/12 185.4 -> 183.0; 2048-token chunks tie (1 x 65536 12/12 95.9,
+# 1 x 131072 6/6 97.7 -> 97.8); 320 programs (0.81) lose, 1 x 131072 20/20 311.6 -> 318.1, and 288 (0.73),
+# 3 x 65536 12/12 283.9 -> 290.7. The rule through the plan (scripts/mha_plan_probe.py at 21ed679, another machine):
+# the 10 rows it takes 0.3-1.1% faster (2 x 131072 12/12 372.6 -> 368.4), the 10 it leaves alone within 0.2%.
+# None: never
 MHA_LONG_MIN_TOKENS = 4096
 MHA_LONG_MIN_FILL = 0.9
 
