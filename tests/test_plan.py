@@ -256,6 +256,34 @@ def test_plan_gives_long_mha_rows_the_deep_tile(lens, device, small_gpu, monkeyp
     assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
 
 
+@pytest.mark.parametrize("q_len", [1, 2])
+def test_deep_mha_tile_with_features(q_len, device, small_gpu, monkeypatch):
+    """The 3-stage MHA tile with softcap, ALiBi, sinks and a window together, one or two query tokens: the plan's
+    call within the float64 reference's tolerance, NaN-filled out and lse (on the GPU this compiles the 3-stage
+    kernel with every feature; the interpreter ignores stages but runs the same code)."""
+    from feature_helpers import lse_tolerance as feature_lse_tolerance
+
+    from flashdecode import launcher
+    from flashdecode.check import output_tolerance as feature_output_tolerance
+    from flashdecode.reference import reference_dense
+
+    monkeypatch.setattr(launcher, "ENABLED", False)
+    monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", 1)
+    monkeypatch.setattr(plan_module, "MHA_LONG_MIN_FILL", 0.0)
+    c = case([512], 3, 3, 64, 16, torch.bfloat16, device, seed=8, extra_table_columns=20)
+    q = c.q if q_len == 1 else torch.randn(1, q_len, 3, 64, generator=torch.Generator().manual_seed(2)).to(c.q)
+    g = torch.Generator().manual_seed(4)
+    kw = dict(softcap=20.0, alibi_slopes=torch.rand(3, generator=g).to(device),
+              sinks=torch.randn(3, generator=g).to(device), window_left=300)  # fmt: skip
+    args = (q,) + c.args[1:]
+    plan = plan_decode(*args[:2], *args[3:], window_left=300)
+    assert plan.long_tile and plan.num_splits > 1, plan.reason
+    out, lse = decode_attention(*args, plan=plan, out=torch.full_like(q, float("nan")), return_lse=True, **kw)
+    ref_out, ref_lse = reference_dense(*args, **kw)
+    assert max_err(out, ref_out) <= feature_output_tolerance(args, ref_out, **kw)
+    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, **kw)
+
+
 @pytest.mark.parametrize(
     "chunk, programs, long",
     [(4096, 384, True), (8192, 396, True), (4096, 792, True), (2048, 384, False), (8192, 320, False),
