@@ -295,7 +295,9 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
     """(graph µs, eager µs, note): medians of CUDA-graph replays and of eager calls, cycling through the copies.
 
     A backend that synchronises with the host (torch_naive reads the lengths) cannot be captured: its graph time
-    is None and the note says why.
+    is None and the note says why. Each timing starts after a garbage collection and a device sync
+    (``_settle``): without them the timing that followed the plan's setup read 1-13% slow on the large rows
+    (scripts/eager_order_probe.py).
     """
     import itertools
 
@@ -311,13 +313,27 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
     for _ in range(len(copies) + 2):
         call()
     graph_us, note = None, None
+    _settle()
     try:
         graph_us = do_bench_cudagraph(call, rep=50, return_mode="median") * 1e3
     except Exception as e:  # capture refused (host sync inside the call)
         note = f"no CUDA graph: {type(e).__name__}"
-        torch.cuda.synchronize()
+    _settle()
     eager_us = do_bench(call, warmup=10, rep=50, return_mode="median") * 1e3
     return graph_us, eager_us, note
+
+
+def _settle():
+    """A garbage collection and a device sync, so that no finalizer of earlier work (a CUDA graph of the replays, a
+    backend's setup) runs inside a timed region. H200, scripts/eager_order_probe.py at ...: `auto_plan` timed
+    between two `auto`s on 128 x 8192 32/8, eager 1001.8 µs against 985.0 and 985.3 (the same kernel), 986.5 with
+    it; in the anchor runs 1085-1182 against 984-988."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
 
 
 def time_cpu(fn, case, repeats=3) -> float:
