@@ -296,7 +296,7 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
 
     A backend that synchronises with the host (torch_naive reads the lengths) cannot be captured: its graph time
     is None and the note says why. Each timing starts after a garbage collection and a device sync
-    (``_settle``): without them the timing that followed the plan's setup read 1-13% slow on the large rows
+    (``_settle``): without them the timing that followed the plan's setup read 2-15% slow on the large rows
     (scripts/eager_order_probe.py).
     """
     import itertools
@@ -325,7 +325,7 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
 
 def _settle():
     """A garbage collection and a device sync, so that no finalizer of earlier work (a CUDA graph of the replays, a
-    backend's setup) runs inside a timed region. H200, scripts/eager_order_probe.py at ...: `auto_plan` timed
+    backend's setup) runs inside a timed region. H200, scripts/eager_order_probe.py at 7a1234e: `auto_plan` timed
     between two `auto`s on 128 x 8192 32/8, eager 1001.8 µs against 985.0 and 985.3 (the same kernel), 986.5 with
     it; in the anchor runs 1085-1182 against 984-988."""
     import gc
