@@ -231,7 +231,7 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         return DecodePlan("triton", 1, False, "one chunk a sequence: the single pass", shapes)
     reason = f"up to {k} chunks a sequence: {k} fixed splits" + (" of the long fp8 tile" if long else "")
     programs = batch * num_kv_heads * head_blocks * k
-    if tile == "mha" and kv_itemsize == 2 and _mha_long(chunk, programs, saturation * sms):
+    if tile == "mha" and kv_itemsize == 2 and splitk.MHA_LONG_TILE and _mha_long(chunk, programs, saturation * sms):
         # the same cut and grid, one more stage of loads in flight
         long, reason = True, reason + " of the 3-stage MHA tile"
     if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, k, sms):

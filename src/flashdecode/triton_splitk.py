@@ -141,14 +141,10 @@ COMBINE_WIDE = (256, 4)
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement;
 # with the planned partials capped at 4 per SM still 4-5% slower, sweeps/sg12-235fde1)
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
-# ...and the other groups < 4 (the "mha" tile class: 128 tokens, 2 stages) one stage deeper for plan_decode's fixed
-# splits of long MHA rows (tile class "mha_long", plan.MHA_LONG_MIN_TOKENS): the same 72 KB of shared memory and
-# 3 programs per SM (152 registers against 121, sm_90 compile), a third tile of loads in flight. H200,
-# scripts/fused_fixed_probe.py --plan-only --tile 128,3 at b3326e4 (graph µs, two runs within 0.3): 384-program grids
-# of 4096-token chunks and longer 1 x 131072 12/12 186.0 -> 183.9, 4 x 65536 12/12 366.6 -> 360.0, 2 x 65536 12/12
-# 186.6 -> 184.2, 1 x 131072 24/24 363.3 -> 360.5, 16 x 8192 12/12 (S 2, merged) 185.4 -> 183.0; 2048-token chunks
-# tie (1 x 65536 12/12 95.9 and 95.9, 4 x 16384 95.8 -> 95.4); grids that leave many SMs a slot empty lose (1 x 131072
-# 20/20, 320 programs: 311.6 -> 318.1; 3 x 65536 12/12, 288: 283.9 -> 290.7). None: off
+# ...and the other groups < 4 (the "mha" tile class: 128 tokens, 2 stages) one stage deeper, for plan_decode's fixed
+# splits of long MHA rows (tile class "mha_long"; the rule and what it bought: plan.MHA_LONG_MIN_TOKENS): the same
+# 72 KB of shared memory and 3 programs per SM (152 registers against 121 on sm_90), a third tile of loads in flight.
+# None: off
 MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
 # planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
 # program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
