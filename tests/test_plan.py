@@ -49,6 +49,33 @@ def _run_checked(x, plan, dtype=torch.float32):
     return out, lse
 
 
+def _run_checked_features(args, plan, **kw):
+    """_run_checked for call arguments with features (fp8 scales, softcap, ...): the reference and both tolerances
+    take them too."""
+    from feature_helpers import lse_tolerance as feature_lse_tolerance
+
+    from flashdecode.check import output_tolerance as feature_output_tolerance
+    from flashdecode.reference import reference_dense
+
+    out, lse = decode_attention(*args, plan=plan, out=torch.full_like(args[0], float("nan")), return_lse=True, **kw)
+    ref_out, ref_lse = reference_dense(*args, **kw)
+    assert max_err(out, ref_out) <= feature_output_tolerance(args, ref_out, **kw)
+    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, **kw)
+
+
+def _partial_tiles(monkeypatch):
+    """A list that gets (BLOCK_N, num_stages) of every split-K partial kernel launched from now on."""
+    tiles, launch = [], triton_splitk.launch
+
+    def noting(kernel, grid, *a, **kw):
+        if kernel is triton_splitk._partial_kernel:
+            tiles.append((kw["BLOCK_N"], kw["num_stages"]))
+        return launch(kernel, grid, *a, **kw)
+
+    monkeypatch.setattr(triton_splitk, "launch", noting)
+    return tiles
+
+
 @pytest.fixture
 def small_gpu(monkeypatch):
     monkeypatch.setattr(api, "_num_sms", lambda dev: SMS)
@@ -192,11 +219,7 @@ def test_plan_gives_fp8_caches_the_long_tile(lens, device, small_gpu, monkeypatc
     an even batch, the device's plan for an uneven one), and the output is within the float64 reference's tolerance
     (NaN-filled out and lse). The same fixed splits without long_tile launch FP8_SPLIT_TILE's 64 tokens, and
     with the threshold off (None) the plan does not ask for the tile."""
-    from feature_helpers import lse_tolerance as fp8_lse_tolerance
-
     from flashdecode import launcher
-    from flashdecode.check import output_tolerance as fp8_output_tolerance
-    from flashdecode.reference import reference_dense
 
     monkeypatch.setattr(launcher, "ENABLED", False)
     c = case(lens, 8, 2, 128, 16, torch.float32, device, seed=9, extra_table_columns=20)
@@ -205,23 +228,11 @@ def test_plan_gives_fp8_caches_the_long_tile(lens, device, small_gpu, monkeypatc
     plan = plan_decode(*args[:2], *args[3:])
     assert plan.long_tile and plan.backend == "triton_splitk", plan.reason
     assert (plan.num_splits is None) == (lens[1] < 100) and ("long fp8 tile" in plan.reason or lens[1] < 100)
-    tiles, launch = [], triton_splitk.launch
-
-    def noting(kernel, grid, *a, **kw):
-        if kernel is triton_splitk._partial_kernel:
-            tiles.append(kw["BLOCK_N"])
-        return launch(kernel, grid, *a, **kw)
-
-    monkeypatch.setattr(triton_splitk, "launch", noting)
-    scales = dict(k_scale=0.05, v_scale=0.3)
-    ref_out, ref_lse = reference_dense(*args, **scales)
+    tiles = _partial_tiles(monkeypatch)
     # the device-planned call (uneven) fuses its merge here, and a fused call takes the long tile anyway
     for p, block_n in ((plan, 128), (dataclasses.replace(plan, long_tile=False), 64 if plan.num_splits else 128)):
-        out, lse = decode_attention(*args, plan=p, out=torch.full_like(args[0], float("nan")), return_lse=True,
-                                    **scales)  # fmt: skip
-        assert tiles[-1] == block_n
-        assert max_err(out, ref_out) <= fp8_output_tolerance(args, ref_out, **scales)
-        assert lse_err(lse, ref_lse) <= fp8_lse_tolerance(args, ref_lse, **scales)
+        _run_checked_features(args, p, k_scale=0.05, v_scale=0.3)
+        assert tiles[-1][0] == block_n
     monkeypatch.setattr(plan_module, "FP8_LONG_MIN_TOKENS", None)
     assert not plan_decode(*args[:2], *args[3:]).long_tile
 
@@ -241,14 +252,7 @@ def test_plan_gives_long_mha_rows_the_deep_tile(lens, device, small_gpu, monkeyp
     monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", 128)
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     assert plan.long_tile and plan.num_splits > 1 and "3-stage MHA tile" in plan.reason, plan.reason
-    stages, launch = [], triton_splitk.launch
-
-    def noting(kernel, grid, *a, **kw):
-        if kernel is triton_splitk._partial_kernel:
-            stages.append((kw["BLOCK_N"], kw["num_stages"]))
-        return launch(kernel, grid, *a, **kw)
-
-    monkeypatch.setattr(triton_splitk, "launch", noting)
+    stages = _partial_tiles(monkeypatch)
     for p, tile in ((plan, (128, 3)), (dataclasses.replace(plan, long_tile=False), (128, 2))):
         _run_checked(c, p, torch.bfloat16)
         assert stages[-1] == tile
@@ -261,11 +265,7 @@ def test_deep_mha_tile_with_features(q_len, device, small_gpu, monkeypatch):
     """The 3-stage MHA tile with softcap, ALiBi, sinks and a window together, one or two query tokens: the plan's
     call within the float64 reference's tolerance, NaN-filled out and lse (on the GPU this compiles the 3-stage
     kernel with every feature; the interpreter ignores stages but runs the same code)."""
-    from feature_helpers import lse_tolerance as feature_lse_tolerance
-
     from flashdecode import launcher
-    from flashdecode.check import output_tolerance as feature_output_tolerance
-    from flashdecode.reference import reference_dense
 
     monkeypatch.setattr(launcher, "ENABLED", False)
     monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", 1)
@@ -278,10 +278,7 @@ def test_deep_mha_tile_with_features(q_len, device, small_gpu, monkeypatch):
     args = (q,) + c.args[1:]
     plan = plan_decode(*args[:2], *args[3:], window_left=300)
     assert plan.long_tile and plan.num_splits > 1, plan.reason
-    out, lse = decode_attention(*args, plan=plan, out=torch.full_like(q, float("nan")), return_lse=True, **kw)
-    ref_out, ref_lse = reference_dense(*args, **kw)
-    assert max_err(out, ref_out) <= feature_output_tolerance(args, ref_out, **kw)
-    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, **kw)
+    _run_checked_features(args, plan, **kw)
 
 
 @pytest.mark.parametrize(
