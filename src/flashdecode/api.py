@@ -558,10 +558,39 @@ def _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout,
     if out is not None and out.shape != q.shape:
         raise ValueError(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
 
-    # the kernels vectorise along the head dim; any other stride is honoured
+    # the kernels vectorise along the head dim, or along a token-major V page's tokens; any other stride is honoured
     for name, t in named.items():
-        if t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        if name == "v_cache":
+            check_v_pages(t, tuple(t.transpose(1, 2).stride()) if kv_layout == "HND" else tuple(t.stride()))
+        elif t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")
+
+
+def check_v_pages(v_cache, shown_strides) -> None:
+    """Raise ValueError unless a [num_pages, page_size, Hkv, D] V view has a contiguous head dim or token-major
+    pages (``triton_common.v_token_major``) whose page and head strides are multiples of page_size (the kernels
+    read a page's tokens as aligned vectors). shown_strides: the strides in the caller's layout, for the message."""
+    page_size = v_cache.shape[1]
+    if v_token_major(v_cache):
+        if v_cache.stride(3) != page_size or v_cache.stride(0) % page_size or v_cache.stride(2) % page_size:
+            raise ValueError(
+                f"a token-major v_cache (stride 1 along the tokens) must be a view of a [num_pages, Hkv, D, page_size] "
+                f"tensor: head-dim stride {page_size} and page / head strides that are multiples of it, got strides "
+                f"{shown_strides}"
+            )
+    elif v_cache.shape[-1] > 1 and v_cache.stride(-1) != 1:
+        raise ValueError(
+            f"v_cache must have a contiguous last dimension (stride 1) or token-major pages (stride 1 along the "
+            f"tokens), got strides {shown_strides}"
+        )
+
+
+def v_token_major(v_cache) -> bool:
+    """Whether a [num_pages, page_size, Hkv, D] V view has token-major pages: the view of a [num_pages, Hkv, D,
+    page_size] tensor (its ``transpose(-1, -2)`` in the HND layout), stride 1 along the tokens and page_size along
+    the head dim (``check_v_pages``). An 8-bit V reaches the tensor cores from such pages without one-byte shared
+    loads (docs/features.md, "Token-major V pages")."""
+    return v_cache.shape[1] > 1 and v_cache.stride(1) == 1 and v_cache.shape[3] > 1 and v_cache.stride(3) != 1
 
 
 def _feature_names(f) -> list[str]:

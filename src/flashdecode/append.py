@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import launcher
+from .api import check_v_pages
 
 __all__ = ["append_kv", "APPEND_BACKENDS"]
 
@@ -148,5 +149,7 @@ def _validate(k, v, k_cache, v_cache, slot_mapping, backend):
             f"slot_mapping must be [N] with N = {k.shape[0]} (k's tokens), got {tuple(slot_mapping.shape)}"
         )
     for name, t in named.items():
-        if t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
+        if name == "v_cache":
+            check_v_pages(t, tuple(t.stride()))
+        elif t.dim() >= 3 and t.shape[-1] > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name} must have a contiguous last dimension (stride 1), got stride {t.stride(-1)}")

@@ -21,7 +21,7 @@ __all__ = ["append_kv_triton", "append_launch_config"]
 def _append_kv_kernel(
     K, V, K_CACHE, V_CACHE, SLOTS, num_slots, stride_s,
     stride_kn, stride_kh, stride_vn, stride_vh,
-    stride_kcp, stride_kct, stride_kch, stride_vcp, stride_vct, stride_vch,
+    stride_kcp, stride_kct, stride_kch, stride_vcp, stride_vct, stride_vch, stride_vcd,
     NUM_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
@@ -39,7 +39,8 @@ def _append_kv_kernel(
     k = tl.load(K + token * stride_kn + heads[:, None] * stride_kh + offs_d[None, :], mask=mask)
     v = tl.load(V + token * stride_vn + heads[:, None] * stride_vh + offs_d[None, :], mask=mask)
     k_ptrs = K_CACHE + page * stride_kcp + row * stride_kct + heads[:, None] * stride_kch + offs_d[None, :]
-    v_ptrs = V_CACHE + page * stride_vcp + row * stride_vct + heads[:, None] * stride_vch + offs_d[None, :]
+    # stride_vcd: 1, or page_size for token-major V pages (api.v_token_major)
+    v_ptrs = V_CACHE + page * stride_vcp + row * stride_vct + heads[:, None] * stride_vch + offs_d[None, :] * stride_vcd
     # the conversion to the cache's dtype is where an fp8 cache would quantise (k * (1 / k_scale))
     tl.store(k_ptrs, k.to(K_CACHE.dtype.element_ty), mask=mask)
     tl.store(v_ptrs, v.to(V_CACHE.dtype.element_ty), mask=mask)
@@ -63,7 +64,7 @@ def append_kv_triton(k, v, k_cache, v_cache, slot_mapping):
         k, v, k_cache, v_cache, slot_mapping, num_pages * page_size, slot_mapping.stride(0),
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
         NUM_KV_HEADS=num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         **cfg,
     )  # fmt: skip

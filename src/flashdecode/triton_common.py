@@ -241,10 +241,12 @@ def uses_prefetch_tile(cfg: dict) -> bool:
 
 def cache_offsets_fit_int32(*caches) -> bool:
     """Whether every offset attend_range computes in 32 bits (OFFS_I32) fits: page * stride + row * stride + column
-    < 2**31 elements in each [num_pages, page_size, Hkv, D] cache view (the KV head's offset is added in 64 bits)."""
+    * stride < 2**31 elements in each [num_pages, page_size, Hkv, D] cache view (the KV head's offset is added in
+    64 bits)."""
     for c in caches:
         num_pages, page_size, _, head_dim = c.shape
-        if (num_pages - 1) * c.stride(0) + (page_size - 1) * c.stride(1) + next_power_of_2(head_dim) >= 2**31:
+        last = (num_pages - 1) * c.stride(0) + (page_size - 1) * c.stride(1)
+        if last + next_power_of_2(head_dim) * max(c.stride(3), 1) >= 2**31:
             return False
     return True
 
@@ -414,6 +416,18 @@ def softcap_logits(s, softcap):
     return softcap * tl.where(x < 0, -t, t)
 
 
+@triton.constexpr_function
+def RUN_C(page_size, block_n):
+    """Tokens of a token-major V page read as one vector (attend_range's V_T): min(PAGE_SIZE, BLOCK_N)."""
+    return min(page_size, block_n)
+
+
+@triton.constexpr_function
+def TAIL_N(page_size, block_n):
+    """The tile of a token-major V's last partial run (attend_range's V_T 2): one run, at least tl.dot's 16."""
+    return min(block_n, max(min(page_size, block_n), 16))
+
+
 @triton.jit
 def attend_range(
     q,
@@ -448,6 +462,7 @@ def attend_range(
     KV_FP8: tl.constexpr,
     PREFETCH_PAGES: tl.constexpr = False,
     OFFS_I32: tl.constexpr = False,
+    V_T: tl.constexpr = 0,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
@@ -469,6 +484,12 @@ def attend_range(
     program waits for each tile's K/V in turn (docs/design.md).
     OFFS_I32: every page * stride + row * stride offset of K and V fits int32 (``cache_offsets_fit_int32``): the
     address arithmetic runs in 32 bits (one IMAD a token instead of a 64-bit multiply-add).
+    V_T: 0, V's head dim is contiguous. Otherwise V's pages are token-major (``v_token_major``: stride_vt is 1,
+    head-dim elements PAGE_SIZE apart), and V is loaded along its tokens, which lets an 8-bit V reach the tensor
+    cores without one-byte shared loads (docs/features.md). 1: whole runs of RUN = min(PAGE_SIZE, BLOCK_N) tokens,
+    one vector each; `end` is a multiple of RUN (``attend_group``) and `start` may lie inside a run (the walk starts
+    at the run and masks the tokens before `start`, which exist). 2: token by token, for the last partial run of a
+    range, whose slots past the sequence may hold anything (a NaN there would turn P V into NaN).
     """
     mask_d = offs_d < HEAD_DIM
     if DOT_F32 and USE_DOT:
@@ -478,13 +499,24 @@ def attend_range(
         q = tl.clamp(q.to(tl.float32), -65504.0, 65504.0).to(tl.float16)
     # token t is row t % PAGE_SIZE of page BLOCK_ROW[t // PAGE_SIZE]; entries past `end` are never read. Tokens are
     # >= 0, so // and % run unsigned (a signed one adds sign fixes: ~40% of the loop's instructions at head_dim 256)
+    first = start
+    if V_T == 1:
+        # the walk starts on start's run; an empty range must not walk the tokens of that run before start
+        first = start // RUN_C(PAGE_SIZE, BLOCK_N) * RUN_C(PAGE_SIZE, BLOCK_N)
+        end = tl.where(end > start, end, first)
     if PREFETCH_PAGES:
-        offs_next = start + tl.arange(0, BLOCK_N)
+        offs_next = first + tl.arange(0, BLOCK_N)
         next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs_next < end,
                              other=0)  # fmt: skip
-    for tile_start in range(start, end, BLOCK_N):
+    for tile_start in range(first, end, BLOCK_N):
+        if V_T == 1:
+            tile_start = tl.multiple_of(tile_start, RUN_C(PAGE_SIZE, BLOCK_N))
         offs_n = tile_start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
+        if V_T == 1:
+            # [BLOCK_N] whole runs up to end (a multiple of RUN); the tokens before start take no part
+            mask_run = tl.max_constancy(mask_n, RUN_C(PAGE_SIZE, BLOCK_N))
+            mask_n = mask_n & (offs_n >= start)
         if PREFETCH_PAGES:
             page = next_pages
             offs_next = offs_n + BLOCK_N
@@ -504,7 +536,16 @@ def attend_range(
         mask_kv = mask_n[:, None] & mask_d[None, :]
         # [BLOCK_N, BLOCK_D]
         k = tl.load(K + k_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
-        v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
+        if V_T == 0:
+            v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
+        elif V_T == 1:
+            # a run's tokens are consecutive elements from a RUN-aligned offset (page strides are multiples of
+            # PAGE_SIZE: v_token_major), and the tile starts on a run
+            v_run = tl.max_contiguous(tl.multiple_of(v_row, RUN_C(PAGE_SIZE, BLOCK_N)), RUN_C(PAGE_SIZE, BLOCK_N))
+            v = tl.load(V + v_run[:, None] + offs_d[None, :] * PAGE_SIZE, mask=mask_run[:, None] & mask_d[None, :],
+                        other=0.0)  # fmt: skip
+        else:
+            v = tl.load(V + v_row[:, None] + offs_d[None, :] * PAGE_SIZE, mask=mask_kv, other=0.0)
         if not USE_DOT:
             # [BLOCK_H, 1, BLOCK_D] * [1, BLOCK_N, BLOCK_D] summed over D, in fp32
             s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
@@ -588,12 +629,12 @@ def attend_group(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False,
-    OFFS_I32: tl.constexpr = False,
+    OFFS_I32: tl.constexpr = False, V_T: tl.constexpr = False,
 ):  # fmt: skip
     """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
     over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
     for an empty range. BLOCK_ROW: the sequence's block-table row. fp8: k_scale joins the score scale, v_scale the
-    output (out = v_scale * acc / l)."""
+    output (out = v_scale * acc / l). V_T: V's pages are token-major (``v_token_major``)."""
     offs_d = tl.arange(0, BLOCK_D)
     row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
     q = load_q_rows(Q + seq * stride_qb, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM)
@@ -611,15 +652,26 @@ def attend_group(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    k_head = K + kv_head.to(tl.int64) * stride_kh
+    v_head = V + kv_head.to(tl.int64) * stride_vh
+    whole = end
+    if V_T:
+        # token-major V: whole runs up to the last run boundary, then the rest of the last run token by token, in a
+        # tile of one run
+        whole = tl.maximum(end // RUN_C(PAGE_SIZE, BLOCK_N) * RUN_C(PAGE_SIZE, BLOCK_N), start)
     m_i, l_i, acc = attend_range(
-        q, m_i, l_i, acc,
-        K + kv_head.to(tl.int64) * stride_kh,
-        V + kv_head.to(tl.int64) * stride_vh,
-        BLOCK_ROW, stride_btp, start, end, qk_scale,
+        q, m_i, l_i, acc, k_head, v_head, BLOCK_ROW, stride_btp, start, whole, qk_scale,
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
         PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
-        PREFETCH_PAGES, OFFS_I32,
+        PREFETCH_PAGES, OFFS_I32, 1 if V_T else 0,
     )  # fmt: skip
+    if V_T:
+        m_i, l_i, acc = attend_range(
+            q, m_i, l_i, acc, k_head, v_head, BLOCK_ROW, stride_btp, whole, end, qk_scale,
+            stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
+            PAGE_SIZE, HEAD_DIM, TAIL_N(PAGE_SIZE, BLOCK_N), DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW,
+            Q_LEN, KV_FP8, PREFETCH_PAGES, OFFS_I32, 2,
+        )  # fmt: skip
     out, lse = finalize(m_i, l_i, acc)
     if KV_FP8:
         if SCALE_PTR:

@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .api import v_token_major
 from .launcher import launch
 from .triton_common import (
     LOG2E,
@@ -97,6 +98,7 @@ def _decode_single_kernel(
     USE_PDL: tl.constexpr = False,
     LONG_MEAN: tl.constexpr = 0,
     OFFS_I32: tl.constexpr = False,
+    V_T: tl.constexpr = False,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -120,7 +122,7 @@ def _decode_single_kernel(
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
     )  # fmt: skip
     if not EVEN_B:
         # the call's last kernel: the next call's first one may start when every program is here, not before (started
@@ -216,6 +218,7 @@ def decode_single(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=chain or (pdl and even_only),
         LONG_MEAN=long_mean if even_only else 0, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
+        V_T=v_token_major(v_cache),
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse

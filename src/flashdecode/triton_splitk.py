@@ -57,6 +57,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .api import v_token_major
 from .launcher import launch, workspace
 from .triton_common import (
     LOG2E,
@@ -68,11 +69,11 @@ from .triton_common import (
     cdiv,
     chain_pdl,
     dot_in_fp32,
-    planned_from,
     group_rows,
     launch_config,
     let_next_start,
     next_power_of_2,
+    planned_from,
     store_group,
     use_pdl,
     uses_prefetch_tile,
@@ -619,6 +620,7 @@ def _partial_kernel(
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
     OFFS_I32: tl.constexpr = False,
+    V_T: tl.constexpr = False,
     LAST: tl.constexpr = False,
 ):
     first_seq = 0
@@ -665,7 +667,7 @@ def _partial_kernel(
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32,
+        HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
     )  # fmt: skip
     if LAST:
         # no combine follows: the next call's first kernel may start when every program is here (as the single pass)
@@ -1216,7 +1218,8 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline)) else {}),
-        EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache), LAST=not combine,
+        EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
+        V_T=v_token_major(v_cache), LAST=not combine,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs
         programs_per_sm=None if fixed else saturation,
     )  # fmt: skip

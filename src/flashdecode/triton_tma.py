@@ -33,6 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .api import v_token_major
 from .triton_common import (
     LOG2E,
     cdiv,
@@ -307,6 +308,11 @@ def check_supported(q, k_cache, v_cache):
         )
     if head_dim > MAX_BOX:
         raise ValueError(f"head_dim must be <= {MAX_BOX} for backend 'triton_tma' (a TMA box dimension), got {head_dim}")
+    if v_token_major(v_cache):
+        raise ValueError(
+            "backend 'triton_tma' reads V in TMA boxes of head-dim rows, so v_cache must have a contiguous head "
+            f"dim, got token-major pages (strides {tuple(v_cache.stride())}); use backend 'triton' or 'triton_splitk'"
+        )
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
         byte_strides = [s * t.element_size() for s in t.stride()[:-1]]
         if t.data_ptr() % TMA_ALIGN_BYTES or any(s % TMA_ALIGN_BYTES for s in byte_strides):

@@ -1,0 +1,122 @@
+"""Token-major V pages (``v_token_major``) against head-dim-major ones, through plan_decode and `auto`, for fp8 (e4m3)
+and bf16 caches. Graph µs, caches rotated out of L2, every variant checked against the float64 reference first; an
+odd-length batch with NaN in every slot past each sequence checks the last partial run's token-by-token path on the
+device. Writes $OUT/vt.jsonl, prints a table.
+
+    python scripts/vt_probe.py
+    python scripts/vt_probe.py stages   # fp8 rows: token-major V with FP8_LONG_TILE at 3 and 4 stages
+"""
+
+import dataclasses
+import itertools
+import json
+import os
+import sys
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+from flashdecode import decode_attention, launcher, plan_decode, triton_common
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
+from flashdecode.cases import random_paged_case
+from flashdecode.check import max_err
+from flashdecode.reference import reference_dense
+
+ROWS = [
+    Row([4096] * 64, 32, 8), Row([131072], 32, 8), Row([8192] * 8, 32, 8), Row([65536], 12, 2),
+    Row([4096] * 16, 12, 2), Row([1024] * 64, 12, 2), Row([2048] * 8, 28, 4), Row([131072], 12, 12),
+    Row([4096] * 16, 12, 12), Row([131072] + [1024] * 63, 32, 8),
+]  # fmt: skip
+
+
+def token_major(v):
+    """The same V pages stored [num_pages, Hkv, D, page_size], as the [num_pages, page_size, Hkv, D] view."""
+    return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+
+
+def scaled(kv):
+    return (FP8_K_SCALE, FP8_V_SCALE) if kv == "e4m3" else (1.0, 1.0)
+
+
+def odd_lengths_check():
+    """Lengths off the 16-token runs, NaN in every slot past each sequence: token-major V equals the reference."""
+    lens = [1, 15, 17, 33, 1000, 4097, 130, 2049]
+    for kv in ("e4m3", "bf16"):
+        c = random_paged_case(lens, 32, 8, 128, 16, torch.bfloat16, "cuda", seed=5)
+        for b, n in enumerate(lens):
+            page = int(c.block_table[b, n // 16])
+            c.k_cache[page, n % 16 :] = float("nan")
+            c.v_cache[page, n % 16 :] = float("nan")
+        if kv == "e4m3":
+            quantize_kv(c, "e4m3")
+        ks, vs = scaled(kv)
+        ref, _ = reference_dense(c.q, c.k_cache.float() * ks, c.v_cache.float() * vs, *c.args[3:], device="cuda")
+        kw = dict(k_scale=ks, v_scale=vs) if kv == "e4m3" else {}
+        vt = token_major(c.v_cache)
+        for name, extra in [("auto", {}), ("single", dict(num_splits=1)), ("split3", dict(num_splits=3)),
+                            ("plan", dict(plan=plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)))]:
+            out = torch.full_like(c.q, float("nan"))
+            decode_attention(c.q, c.k_cache, vt, c.cache_seqlens, c.block_table, out=out, **kw, **extra)
+            err = max_err(out, ref)
+            print(f"odd lengths {kv} {name}: err {err:.4f}", flush=True)
+            assert err < 0.05, f"odd lengths {kv} {name}: wrong, err {err}"
+
+
+# (name, token-major V, FP8_LONG_TILE's stages, plan or auto)
+VARIANTS = [("plan", False, 3, True), ("plan_vt", True, 3, True), ("auto", False, 3, False), ("auto_vt", True, 3, False)]
+STAGE_VARIANTS = [("plan", False, 3, True), ("plan_vt", True, 3, True), ("plan_vt4", True, 4, True),
+                  ("plan_4", False, 4, True), ("auto_vt4", True, 4, False)]  # fmt: skip
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    variants, kvs = (STAGE_VARIANTS, ("e4m3",)) if mode == "stages" else (VARIANTS, ("e4m3", "bf16"))
+    odd_lengths_check()
+    out_dir = os.environ.get("OUT", ".")
+    log = open(os.path.join(out_dir, f"vt{'-' + mode if mode else ''}.jsonl"), "w")
+    l2 = _l2_bytes("cuda")
+    table = []
+    for kv in kvs:
+        for row in ROWS:
+            c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
+                                  spare_pages=0)  # fmt: skip
+            if kv == "e4m3":
+                quantize_kv(c, "e4m3")
+            ks, vs = scaled(kv)
+            k, v = c.k_cache.float() * ks, c.v_cache.float() * vs
+            ref, _ = reference_dense(c.q, k, v, *c.args[3:], device="cuda")
+            kw = dict(k_scale=ks, v_scale=vs) if kv == "e4m3" else {}
+            nhd = rotation_copies(c, l2)
+            vt = [dataclasses.replace(x, v_cache=token_major(x.v_cache)) for x in nhd]
+            p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+            res = {}
+            for name, use_vt, stages, planned in variants:
+                copies, extra = (vt if use_vt else nhd), (dict(plan=p) if planned else {})
+                triton_common.FP8_LONG_TILE["num_stages"] = stages
+                triton_common._launch_config.cache_clear()
+                launcher.clear()
+                it = itertools.cycle(copies)
+
+                def fn():
+                    x = next(it)
+                    return decode_attention(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, **kw, **extra)
+
+                err = max_err(fn(), ref)
+                assert err < 0.05, f"{row.name()} {kv} {name}: wrong, err {err}"
+                res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+            triton_common.FP8_LONG_TILE["num_stages"] = 3
+            triton_common._launch_config.cache_clear()
+            note = f"S{p.num_splits}{'L' if p.long_tile else ''}"
+            log.write(json.dumps(dict(row=row.name(), kv=kv, splits=note, **{k: round(v, 2) for k, v in res.items()}))
+                      + "\n")  # fmt: skip
+            log.flush()
+            line = f"{row.name():<30} {kv:5s} {note:5s} " + "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
+            line += f"   plan / plan_vt {res['plan'] / res['plan_vt']:.3f}x"
+            table.append(line)
+            print(line, flush=True)
+    print()
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
