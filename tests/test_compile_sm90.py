@@ -167,3 +167,56 @@ def test_split_partial_keeps_four_programs_per_sm():
     done = subprocess.run([sys.executable, "-c", _REGISTERS], env=env, cwd=root, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     assert done.returncode == 0 and "fits" in done.stdout, (done.stdout + done.stderr)[-3000:]
+
+
+_TOKEN_MAJOR = r"""
+import sys
+sys.path.insert(0, "src")
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from flashdecode import triton_single
+
+NOT16 = ("stride_btp", "stride_sl", "window", "num_q_heads", "stride_ot", "tail_first")
+kernel = triton_single._decode_single_kernel
+# the single pass's fp8 tile (FP8_LONG_TILE) on a 32/8 e4m3 cache
+BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=128, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
+            WRITE_LSE=False, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
+            Q_LEN=1, KV_FP8=2, SCALE_PTR=False, USE_PDL=True, PREFETCH_PAGES=True, EVEN_B=0, LONG_MEAN=0,
+            OFFS_I32=True)
+for v_t in (False, True):
+    # token-major pages: stride_vt is 1, which the launch specialises to a constant
+    consts = {**BASE, "V_T": v_t, **({"stride_vt": 1} if v_t else {})}
+    sig, attrs = {}, {}
+    for i, name in enumerate(kernel.arg_names):
+        if name in consts:
+            sig[name] = "constexpr"
+            continue
+        sig[name] = ("fp32" if name in ("qk_scale", "softcap", "K_SCALE", "V_SCALE") else
+                     "*fp8e4nv" if name in ("K", "V") else "*bf16" if name in ("Q", "OUT") else
+                     "*fp32" if name in ("LSE", "SINKS", "ALIBI") else "*i32" if name.isupper() else "i32")
+        if name not in NOT16 and not sig[name].startswith("fp"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    ptx = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                         options=dict(num_warps=4, num_stages=3)).asm["ptx"]
+    print(f"V_T {v_t}: {ptx.count('ld.shared.u8') + ptx.count('ld.shared.b8')} one-byte shared loads, "
+          f"{ptx.count('cp.async.cg.shared.global')} 16-byte async copies")
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the kernels compile natively (scripts/vt_probe.py)")
+def test_token_major_fp8_v_needs_no_byte_loads():
+    """An fp8 V with head-dim-major pages reaches tl.dot through 128 one-byte shared loads a tile (a thread needs
+    pairs of tokens); with token-major pages V is copied to shared memory in 16-byte runs of tokens like K and
+    loaded without them (docs/features.md, "Token-major V pages")."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _TOKEN_MAJOR], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    head_major, token_major = (int(line.split(": ")[1].split()[0]) for line in lines[:2])
+    copies = [int(line.split(", ")[1].split()[0]) for line in lines[:2]]
+    assert head_major >= 64 and token_major == 0, done.stdout
+    # V is pipelined through cp.async as K is (not loaded through registers)
+    assert copies[1] >= copies[0], done.stdout
