@@ -6,6 +6,8 @@ the last partial run token by token. Every slot past each sequence's end in its 
 read whole past the end would turn the output into NaN (0 * NaN); every backend is held to the float64 reference.
 """
 
+import dataclasses
+
 import pytest
 import torch
 from feature_helpers import RUN_IDS, RUNS, check
@@ -24,7 +26,12 @@ def token_major(v):
 
 
 def poison_tails(c):
-    """NaN in every K and V slot past each sequence's length in its last page (unused pages are NaN already)."""
+    """NaN in every K and V slot past each sequence's length in its last page (unused pages are NaN already), and
+    a page 0 of NaN that no sequence uses: where a page-id load that masked a token out would point."""
+    nan_page = torch.full_like(c.k_cache[:1], NAN)
+    table = torch.where(c.block_table >= 0, c.block_table + 1, c.block_table)
+    c = dataclasses.replace(c, k_cache=torch.cat([nan_page, c.k_cache]), v_cache=torch.cat([nan_page, c.v_cache]),
+                            block_table=table)  # fmt: skip
     page_size = c.k_cache.shape[1]
     for b, n in enumerate(c.cache_seqlens.tolist()):
         if n % page_size:
@@ -62,18 +69,23 @@ def test_token_major_v_hnd(backend, device):
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float16)
 
 
+@pytest.mark.parametrize("kv", ["e4m3", "bf16"])
 @pytest.mark.parametrize("q_len", [1, 2])
 @pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
-def test_token_major_fp8_v_with_features(backend, num_splits, q_len, device):
-    """An e4m3 cache (the layout's purpose), one or two query tokens, a window whose first token lies inside a run,
-    softcap: the walk starts at the run and masks the tokens before the window (with one query token nothing else
-    masks them)."""
+def test_token_major_v_with_features(backend, num_splits, q_len, kv, device):
+    """An e4m3 cache (the layout's purpose) or a bf16 one, one or two query tokens, a window whose first token lies
+    inside a run, softcap: the walk starts at the run and masks the tokens before the window (with one query token
+    nothing else masks them), whose pages it still reads. (The interpreter turns an fp8 NaN into a number: the bf16
+    case is the one that sees a NaN read on CPU.)"""
     c = poison_tails(case([5, 37, 70], 6, 2, 64, 16, torch.float32, device, seed=22))
     q = torch.randn(3, q_len, 6, 64, generator=torch.Generator(device=device).manual_seed(7), device=device)
-    k8 = (c.k_cache / 0.05).to(torch.float8_e4m3fn)
-    v8 = token_major((c.v_cache / 0.3).to(torch.float8_e4m3fn))
-    args = (q.to(torch.bfloat16), k8, v8, c.cache_seqlens, c.block_table)
-    check(args, backend, num_splits, k_scale=0.05, v_scale=0.3, window_left=20, softcap=6.0)
+    if kv == "e4m3":
+        k, v = (c.k_cache / 0.05).to(torch.float8_e4m3fn), (c.v_cache / 0.3).to(torch.float8_e4m3fn)
+        kw = dict(k_scale=0.05, v_scale=0.3)
+    else:
+        k, v, kw = c.k_cache.to(torch.bfloat16), c.v_cache.to(torch.bfloat16), {}
+    args = (q.to(torch.bfloat16), k, token_major(v), c.cache_seqlens, c.block_table)
+    check(args, backend, num_splits, window_left=20, softcap=6.0, **kw)
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])

@@ -513,8 +513,10 @@ def attend_range(
             tile_start = tl.multiple_of(tile_start, RUN_C(PAGE_SIZE, BLOCK_N))
         offs_n = tile_start + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
+        # [BLOCK_N] the tokens whose page ids and V are read
+        mask_run = mask_n
         if V_T == 1:
-            # [BLOCK_N] whole runs up to end (a multiple of RUN); the tokens before start take no part
+            # whole runs up to end (a multiple of RUN); the tokens before start are read but take no part
             mask_run = tl.max_constancy(mask_n, RUN_C(PAGE_SIZE, BLOCK_N))
             mask_n = mask_n & (offs_n >= start)
         if PREFETCH_PAGES:
@@ -523,7 +525,7 @@ def attend_range(
             next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
                                  mask=offs_next < end, other=0)  # fmt: skip
         else:
-            page = tl.load(BLOCK_ROW + (offs_n.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=mask_n, other=0)
+            page = tl.load(BLOCK_ROW + (offs_n.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=mask_run, other=0)
         row = (offs_n.to(tl.uint32) % PAGE_SIZE).to(tl.int32)
         # [BLOCK_N] element offset of each token's row in the caches: 32-bit when the host found that every offset
         # fits (cache_offsets_fit_int32), else 64-bit
