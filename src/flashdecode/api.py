@@ -83,7 +83,9 @@ def decode_attention(
             ("HND"), q's dtype, or both float8_e4m3fn / float8_e5m2 with q in fp16 / bf16 (dequantised in the
             kernel with k_scale, v_scale); Hq must be a multiple of Hkv. Any strides with a contiguous last dim: k
             and v may be views of one buffer. With block_table=None, a dense cache [B, max_len, Hkv, D] ("HND":
-            [B, Hkv, max_len, D]): sequence b's tokens are rows 0 .. cache_seqlens[b] - 1 of k_cache[b].
+            [B, Hkv, max_len, D]): sequence b's tokens are rows 0 .. cache_seqlens[b] - 1 of k_cache[b]. v_cache
+            may instead have token-major pages, the view of a [num_pages, Hkv, D, page_size] tensor (faster for fp8
+            caches with groups < 4; not triton_tma: docs/features.md, "Token-major V pages").
         cache_seqlens: [B] int32, valid tokens per sequence (0 allowed).
         block_table: [B, max_pages] int32 page ids, or None for a dense cache. Entries at index
             >= ceil(cache_seqlens[b] / page_size) are never read, so they may be -1 or garbage.
