@@ -51,7 +51,7 @@ BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=2 if KV != "*bf16" else 0, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
             INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
-            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True)
+            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, V_T=False)
 INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3)
 PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
@@ -123,7 +123,7 @@ BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT
             Q_LEN=1, KV_FP8=False, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, NUM_SPLITS=0, FUSED_MAX=0,
             MERGE_UNROLL=triton_splitk.MERGE_UNROLL, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1,
             SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
-            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True)
+            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, V_T=False)
 ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
 worst = []
 variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
