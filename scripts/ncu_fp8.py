@@ -18,7 +18,7 @@ import torch
 
 from flashdecode import decode_attention, triton_splitk
 from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, quantize_kv
-from flashdecode.cases import random_paged_case
+from flashdecode.cases import random_paged_case, token_major_v
 from flashdecode.triton_common import Features
 from flashdecode.triton_single import decode_single
 
@@ -34,8 +34,7 @@ if kind != "bf16":
     kw = dict(k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
     features = Features(kv_fp8=True, k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
 if token_major:
-    # the same V pages stored [num_pages, Hkv, D, page_size], passed as the [num_pages, page_size, Hkv, D] view
-    c.v_cache = c.v_cache.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+    c.v_cache = token_major_v(c.v_cache)
 # the single pass's fp8 tile (triton_common.FP8_LONG_TILE)
 cfg = dict(BLOCK_N=128, num_warps=4, num_stages=3, PREFETCH_PAGES=True)
 out = torch.empty_like(c.q)

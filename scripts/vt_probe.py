@@ -19,6 +19,7 @@ from triton.testing import do_bench_cudagraph
 from flashdecode import decode_attention, launcher, plan_decode, triton_common
 from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
 from flashdecode.cases import random_paged_case
+from flashdecode.cases import token_major_v as token_major
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
 
@@ -27,11 +28,6 @@ ROWS = [
     Row([4096] * 16, 12, 2), Row([1024] * 64, 12, 2), Row([2048] * 8, 28, 4), Row([131072], 12, 12),
     Row([4096] * 16, 12, 12), Row([131072] + [1024] * 63, 32, 8),
 ]  # fmt: skip
-
-
-def token_major(v):
-    """The same V pages stored [num_pages, Hkv, D, page_size], as the [num_pages, page_size, Hkv, D] view."""
-    return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
 
 
 def scaled(kv):

@@ -15,14 +15,10 @@ from helpers import ALL_BACKENDS, case, max_err, output_tolerance, ragged_length
 
 from flashdecode import append_kv, decode_attention
 from flashdecode.api import v_token_major
+from flashdecode.cases import token_major_v as token_major
 from flashdecode.reference import reference_append_kv
 
 NAN = float("nan")
-
-
-def token_major(v):
-    """The same V pages stored [num_pages, Hkv, D, page_size], as the [num_pages, page_size, Hkv, D] view."""
-    return v.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
 
 
 def poison_tails(c):
@@ -64,7 +60,7 @@ def test_token_major_v_hnd(backend, device):
     c = poison_tails(case([0, 1, 15, 16, 17, 53], 8, 2, 64, 16, torch.float16, device, seed=23))
     ref_out, _ = reference_of(c)
     k = c.k_cache.transpose(1, 2).contiguous()
-    v = c.v_cache.permute(0, 2, 3, 1).contiguous().transpose(-1, -2)
+    v = token_major(c.v_cache).transpose(1, 2)
     out = decode_attention(c.q, k, v, c.cache_seqlens, c.block_table, backend=backend, kv_layout="HND")
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float16)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PagedCase", "random_paged_case"]
+__all__ = ["PagedCase", "random_paged_case", "token_major_v"]
 
 
 @dataclass
@@ -88,3 +88,9 @@ def random_paged_case(
         cache_seqlens=torch.tensor(seqlens, dtype=torch.int32, device=device),
         block_table=table.to(device),
     )
+
+
+def token_major_v(v_cache):
+    """The same V pages stored token-major, [num_pages, Hkv, D, page_size] in memory, returned as the
+    [num_pages, page_size, Hkv, D] view that ``decode_attention`` and ``append_kv`` take (``api.v_token_major``)."""
+    return v_cache.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
