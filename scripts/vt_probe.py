@@ -5,6 +5,8 @@ device. Writes $OUT/vt.jsonl, prints a table.
 
     python scripts/vt_probe.py
     python scripts/vt_probe.py stages   # fp8 rows: token-major V with FP8_LONG_TILE at 3 and 4 stages
+    python scripts/vt_probe.py cap      # fp8 rows: FP8_LONG_TILE capped at 2 programs per SM or not ("_free")
+    python scripts/vt_probe.py pair     # the plan with and without token-major V only, fp8 and bf16
 """
 
 import dataclasses
@@ -58,15 +60,32 @@ def odd_lengths_check():
             assert err < 0.05, f"odd lengths {kv} {name}: wrong, err {err}"
 
 
-# (name, token-major V, FP8_LONG_TILE's stages, plan or auto)
-VARIANTS = [("plan", False, 3, True), ("plan_vt", True, 3, True), ("auto", False, 3, False), ("auto_vt", True, 3, False)]
-STAGE_VARIANTS = [("plan", False, 3, True), ("plan_vt", True, 3, True), ("plan_vt4", True, 4, True),
-                  ("plan_4", False, 4, True), ("auto_vt4", True, 4, False)]  # fmt: skip
+# (name, token-major V, FP8_LONG_TILE's stages, plan or auto, FP8_LONG_TILE capped at its programs per SM)
+VARIANTS = [("plan", False, 3, True, True), ("plan_vt", True, 3, True, True), ("auto", False, 3, False, True),
+            ("auto_vt", True, 3, False, True)]  # fmt: skip
+STAGE_VARIANTS = [("plan", False, 3, True, True), ("plan_vt", True, 3, True, True), ("plan_vt4", True, 4, True, True),
+                  ("plan_4", False, 4, True, True), ("auto_vt4", True, 4, False, True)]  # fmt: skip
+# uncapped ("_free"): as the library ran while a cap above 48 KB of shared memory did nothing
+CAP_VARIANTS = [("plan", False, 3, True, True), ("plan_vt", True, 3, True, True),
+                ("plan_vt_free", True, 3, True, False), ("plan_free", False, 3, True, False),
+                ("auto_vt", True, 3, False, True)]  # fmt: skip
+PAIR_VARIANTS = [("plan", False, 3, True, True), ("plan_vt", True, 3, True, True)]
+_cap = launcher.cap_programs_per_sm
+
+
+def set_cap(on):
+    """Cap kernels at their programs per SM (the library's behaviour) or launch every one unpadded."""
+    for compiled in launcher._capped:
+        meta = compiled.packed_metadata
+        compiled.packed_metadata = (meta[0], meta[1], compiled.metadata.shared)
+    launcher._capped.clear()
+    launcher.cap_programs_per_sm = _cap if on else (lambda compiled, programs: False)
 
 
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    variants, kvs = (STAGE_VARIANTS, ("e4m3",)) if mode == "stages" else (VARIANTS, ("e4m3", "bf16"))
+    variants, kvs = dict(stages=(STAGE_VARIANTS, ("e4m3",)), cap=(CAP_VARIANTS, ("e4m3",)),
+                         pair=(PAIR_VARIANTS, ("e4m3", "bf16"))).get(mode, (VARIANTS, ("e4m3", "bf16")))
     odd_lengths_check()
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, f"vt{'-' + mode if mode else ''}.jsonl"), "w")
@@ -86,7 +105,8 @@ def main():
             vt = [dataclasses.replace(x, v_cache=token_major(x.v_cache)) for x in nhd]
             p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
             res = {}
-            for name, use_vt, stages, planned in variants:
+            for name, use_vt, stages, planned, capped in variants:
+                set_cap(capped)
                 copies, extra = (vt if use_vt else nhd), (dict(plan=p) if planned else {})
                 triton_common.FP8_LONG_TILE["num_stages"] = stages
                 triton_common._launch_config.cache_clear()
@@ -102,6 +122,7 @@ def main():
                 res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
             triton_common.FP8_LONG_TILE["num_stages"] = 3
             triton_common._launch_config.cache_clear()
+            set_cap(True)
             note = f"S{p.num_splits}{'L' if p.long_tile else ''}"
             log.write(json.dumps(dict(row=row.name(), kv=kv, splits=note, **{k: round(v, 2) for k, v in res.items()}))
                       + "\n")  # fmt: skip

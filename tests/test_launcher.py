@@ -228,3 +228,49 @@ def test_planned_partials_fit_the_planners_programs_per_sm(device, monkeypatch):
             by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
             by_smem = smem // (-(-shared // 128) * 128 + 1024)
             assert min(by_regs, by_smem, 64 // warps) <= target, (hq, hkv, compiled.n_regs, shared, target)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the occupancy of compiled CUDA kernels")
+@pytest.mark.parametrize("token_major", [False, True], ids=["v-hd-major", "v-token-major"])
+def test_fp8_long_tile_keeps_its_programs_per_sm(token_major, device, monkeypatch):
+    """An fp8 cache's 128-token tile (``FP8_LONG_TILE``) runs at most ``FP8_LONG_PROGRAMS_PER_SM`` programs per SM in
+    the single pass (a grid of more than one program per SM), in fixed splits and planned: a token-major V takes
+    fewer registers than a head-dim-major one, and the tile uses more than 48 KB of shared memory, which the cap
+    must still pad."""
+    from test_fp8 import fp8_case
+
+    from flashdecode import triton_common, triton_splitk
+    from flashdecode.cases import token_major_v
+    from flashdecode.check import output_tolerance as args_tolerance
+    from flashdecode.reference import reference_dense
+    from flashdecode.triton_single import decode_single
+
+    props = torch.cuda.get_device_properties(0)
+    regs = getattr(props, "regs_per_multiprocessor", 65536)
+    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
+    # 20 sequences x 8 KV heads: 160 single-pass programs, more than one a SM
+    args = fp8_case([700, 1500, 33, 4096] * 5, "e4m3", torch.bfloat16, device, seed=9, hq=32, hkv=8, d=128)
+    if token_major:
+        args = (*args[:2], token_major_v(args[2]), *args[3:])
+    scales = dict(k_scale=0.05, v_scale=0.3)
+    ref_out, _ = reference_dense(*args, **scales)
+    features = triton_common.Features(kv_fp8=True, **scales)
+    calls = dict(
+        single=lambda out: decode_single(*args, 128**-0.5, out, features=features, num_sms=props.multi_processor_count),
+        fixed=lambda out: triton_splitk.decode_splitk(*args, 128**-0.5, out, num_splits=4, features=features,
+                                                      long_tile=True),
+        planned=lambda out: triton_splitk.decode_splitk(*args, 128**-0.5, out, features=features, long_tile=True),
+    )  # fmt: skip
+    for name, call in calls.items():
+        # only this call's kernels (Triton keeps the compiled ones, so a kernel capped before is capped again here)
+        monkeypatch.setattr(launcher, "_capped", {})
+        out = torch.full_like(args[0], float("nan"))
+        call(out)
+        assert max_err(out, ref_out) <= args_tolerance(args, ref_out, **scales), name
+        assert launcher._capped, name
+        for compiled in launcher._capped:
+            warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
+            by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
+            by_smem = smem // (-(-shared // 128) * 128 + 1024)
+            assert min(by_regs, by_smem, 64 // warps) <= triton_common.FP8_LONG_PROGRAMS_PER_SM, (
+                name, compiled.n_regs, compiled.metadata.shared, shared)

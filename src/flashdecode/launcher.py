@@ -93,8 +93,9 @@ def cap_programs_per_sm(compiled, programs: int) -> bool:
     programs with work (the planned split-K grid's unused chunk slots, which return at once) is dispatched by
     filling SMs up to what fits: when ptxas's registers let one more program fit than the planner's target, the
     programs with work pile onto fewer SMs (docs/design.md, "Programs per SM"). Returns whether it padded; it
-    does not where the padding would need the per-kernel opt-in above 48 KB, or without a CUDA kernel (the
-    interpreter)."""
+    does not where the padding would need the per-kernel opt-in above 48 KB that the kernel lacks (Triton's loader
+    opts a kernel of more than 48 KB in to all of an SM's shared memory, and one of less not at all), or without a
+    CUDA kernel (the interpreter)."""
     meta = getattr(compiled, "packed_metadata", None)
     if meta is None or len(meta) != 3:
         return False
@@ -103,7 +104,7 @@ def cap_programs_per_sm(compiled, programs: int) -> bool:
     props = driver.active.utils.get_device_properties(driver.active.get_current_device())
     smem_per_sm = props["max_shared_mem"] + _SMEM_RESERVED_PER_PROGRAM
     shared = padded_shared_memory(compiled.metadata.shared, programs, smem_per_sm)
-    if shared > _SMEM_DEFAULT_MAX:
+    if shared > _SMEM_DEFAULT_MAX >= compiled.metadata.shared:
         return False
     compiled.packed_metadata = (meta[0], meta[1], shared)
     return shared != compiled.metadata.shared

@@ -184,6 +184,11 @@ PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # 64 x 4096 32/8: e4m3 196.5 us (e5m2 196.8) against 230.0 with PREFETCH_TILE, 330.2 with the plain 64-token tile,
 # and bf16's 242.1
 FP8_LONG_TILE = dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True)
+# ...at FP8_LONG_PROGRAMS_PER_SM programs per SM, its measured occupancy with a head-dim-major V (199 registers).
+# A token-major V (v_token_major) takes 164 registers, and 3 would fit: a 512-program single pass is then 1.29 waves
+# of 3 instead of 1.94 of 2, and a one-wave split-K grid piles onto fewer SMs (launcher.cap_programs_per_sm). None:
+# uncapped
+FP8_LONG_PROGRAMS_PER_SM = 2
 # ...and an fp8 cache's split-K calls whose chunks may be short (all but the fused merge's): 64-token tiles with the
 # prefetch, capped at 128 registers (ptxas .maxnreg) so more programs fit an SM. pipeline_probe fp8reg at 7d8c95d:
 # 1 x 131072 32/8 e4m3 124.6 us with PREFETCH_TILE -> 111.2 (FP8_LONG_TILE 112.6), 1 x 65536 12/2 22.0 -> 21.9
@@ -232,6 +237,11 @@ def single_pass_long_grid(cfg: dict, programs: int, num_sms: int | None) -> bool
 def uses_tile(cfg: dict, tile: dict | None) -> bool:
     """Whether a launch config is a tile table entry's (every key of it set to its value); None: off, never."""
     return bool(tile) and all(cfg.get(k) == v for k, v in tile.items())
+
+
+def tile_programs_per_sm(cfg: dict) -> int | None:
+    """The programs per SM a launch config's tile is capped at (``launcher.cap_programs_per_sm``), or None."""
+    return FP8_LONG_PROGRAMS_PER_SM if uses_tile(cfg, FP8_LONG_TILE) else None
 
 
 def uses_prefetch_tile(cfg: dict) -> bool:
@@ -543,9 +553,23 @@ def attend_range(
         elif V_T == 1:
             # a run's tokens are consecutive elements from a RUN-aligned offset (page strides are multiples of
             # PAGE_SIZE: v_token_major), and the tile starts on a run
-            v_run = tl.max_contiguous(tl.multiple_of(v_row, RUN_C(PAGE_SIZE, BLOCK_N)), RUN_C(PAGE_SIZE, BLOCK_N))
-            v = tl.load(V + v_run[:, None] + offs_d[None, :] * PAGE_SIZE, mask=mask_run[:, None] & mask_d[None, :],
-                        other=0.0)  # fmt: skip
+            RUN: tl.constexpr = RUN_C(PAGE_SIZE, BLOCK_N)
+            if KV_FP8 == 0:
+                # [BLOCK_D, runs, RUN]: with the run innermost and the head dim next, a warp's lanes read 32
+                # consecutive rows of one page (a [BLOCK_N, BLOCK_D] tile puts them across the tile's runs, 8 pages
+                # a load). H200, 16-bit caches, plan: 64 x 4096 32/8 264.7 -> 247.0 µs, 16 x 4096 12/2 28.2 -> 24.0
+                # (head-dim-major: 247.0, 23.0). An 8-bit V keeps the 2-D tile: the 3-D one reaches shared memory
+                # unswizzled, and 64 x 4096 32/8 e4m3 took 233.1 µs against 187.5 (sweeps/token-major-v-cap)
+                v_row3 = tl.reshape(v_row, (BLOCK_N // RUN, RUN))
+                v_row3 = tl.max_contiguous(tl.multiple_of(v_row3, [RUN, RUN]), [1, RUN])
+                mask3 = tl.max_constancy(tl.reshape(mask_run, (BLOCK_N // RUN, RUN)), [1, RUN])
+                v3 = tl.load(V + v_row3[None, :, :] + (offs_d * PAGE_SIZE)[:, None, None],
+                             mask=mask3[None, :, :] & mask_d[:, None, None], other=0.0)  # fmt: skip
+                v = tl.trans(tl.reshape(v3, (offs_d.shape[0], BLOCK_N)))
+            else:
+                v_run = tl.max_contiguous(tl.multiple_of(v_row, RUN), RUN)
+                v = tl.load(V + v_run[:, None] + offs_d[None, :] * PAGE_SIZE, mask=mask_run[:, None] & mask_d[None, :],
+                            other=0.0)  # fmt: skip
         else:
             v = tl.load(V + v_row[:, None] + offs_d[None, :] * PAGE_SIZE, mask=mask_kv, other=0.0)
         if not USE_DOT:

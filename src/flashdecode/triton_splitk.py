@@ -75,6 +75,7 @@ from .triton_common import (
     next_power_of_2,
     planned_from,
     store_group,
+    tile_programs_per_sm,
     use_pdl,
     uses_prefetch_tile,
     uses_tile,
@@ -1220,8 +1221,9 @@ def decode_splitk(
         **fargs, **cfg, **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine,
-        # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs
-        programs_per_sm=None if fixed else saturation,
+        # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
+        # splits keep their tile's occupancy (tile_programs_per_sm)
+        programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
     )  # fmt: skip
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
