@@ -7,6 +7,7 @@ device. Writes $OUT/vt.jsonl, prints a table.
     python scripts/vt_probe.py stages   # fp8 rows: token-major V with FP8_LONG_TILE at 3 and 4 stages
     python scripts/vt_probe.py cap      # fp8 rows: FP8_LONG_TILE capped at 2 programs per SM or not ("_free")
     python scripts/vt_probe.py pair     # the plan with and without token-major V only, fp8 and bf16
+    python scripts/vt_probe.py pages    # the same at page sizes 16, 32 and 64, on four rows
 """
 
 import dataclasses
@@ -91,9 +92,13 @@ def main():
     log = open(os.path.join(out_dir, f"vt{'-' + mode if mode else ''}.jsonl"), "w")
     l2 = _l2_bytes("cuda")
     table = []
+    rows = [(row, 16) for row in ROWS]
+    if mode == "pages":
+        variants, kvs = PAIR_VARIANTS, ("e4m3", "bf16")
+        rows = [(ROWS[i], page) for i in (0, 1, 4, 7) for page in (16, 32, 64)]
     for kv in kvs:
-        for row in ROWS:
-            c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
+        for row, page in rows:
+            c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, page, torch.bfloat16, "cuda",
                                   spare_pages=0)  # fmt: skip
             if kv == "e4m3":
                 quantize_kv(c, "e4m3")
@@ -124,10 +129,11 @@ def main():
             triton_common._launch_config.cache_clear()
             set_cap(True)
             note = f"S{p.num_splits}{'L' if p.long_tile else ''}"
-            log.write(json.dumps(dict(row=row.name(), kv=kv, splits=note, **{k: round(v, 2) for k, v in res.items()}))
-                      + "\n")  # fmt: skip
+            log.write(json.dumps(dict(row=row.name(), page=page, kv=kv, splits=note,
+                                      **{k: round(v, 2) for k, v in res.items()})) + "\n")  # fmt: skip
             log.flush()
-            line = f"{row.name():<30} {kv:5s} {note:5s} " + "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
+            line = f"{row.name():<24} P{page:<3d} {kv:5s} {note:6s} "
+            line += "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
             line += f"   plan / plan_vt {res['plan'] / res['plan_vt']:.3f}x"
             table.append(line)
             print(line, flush=True)
