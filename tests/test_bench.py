@@ -125,3 +125,28 @@ def test_triton_peers_match_reference(backend, device):
         pytest.skip("run scripts/fetch_triton_peers.sh to fetch the peers' kernel files")
     results = run_rows([Row([70, 33, 16], 14, 2, head_dim=64, dtype="fp16")], [backend], device, progress=False)
     assert results[0]["status"] == "ok", results[0]
+
+
+def test_token_major_v_rows_run_our_backends_and_skip_the_peers(device, monkeypatch):
+    """A row with token-major V pages (the fp8 preset's fastest layout) is checked against the reference on the
+    flashdecode backends that read it, and skipped for the ones that do not (triton_tma, the peers)."""
+    from flashdecode import bench
+    from flashdecode.api import v_token_major
+
+    layouts, real = [], bench.make_backend
+
+    def recorded(name, case, row):
+        layouts.append(v_token_major(case.v_cache))
+        return real(name, case, row)
+
+    monkeypatch.setattr(bench, "make_backend", recorded)
+    row = Row([20, 50, 7], 4, 2, head_dim=64, page_size=32, v_layout="token")
+    assert row.name() == "3x7..50 4/2 D64 P32 bf16 V token-major"
+    results = run_rows([row], ["triton", "auto_plan", "torch_sdpa", "triton_tma", "flashinfer"], device,
+                       progress=False)  # fmt: skip
+    status = {r["backend"]: r["status"] for r in results}
+    assert status == dict(triton="ok", auto_plan="ok", torch_sdpa="ok", triton_tma="skipped", flashinfer="skipped")
+    assert layouts == [True] * 5
+    assert any(r.v_layout == "token" and r.kv_dtype == "e4m3" for r in PRESETS["fp8"]())
+    with pytest.raises(ValueError, match="v_layout"):
+        Row([1], 1, 1, v_layout="tokens")

@@ -41,6 +41,12 @@ class Row:
     # model features (docs/features.md): an fp8 cache ("e4m3" / "e5m2", q stays in dtype) and a sliding window
     kv_dtype: str = ""
     window_left: int | None = None
+    # "token": V pages stored token-major (cases.token_major_v; docs/features.md), else head-dim-major
+    v_layout: str = ""
+
+    def __post_init__(self):
+        if self.v_layout not in ("", "token"):
+            raise ValueError(f"v_layout must be '' or 'token', got {self.v_layout!r}")
 
     def feature_kwargs(self) -> dict:
         """decode_attention keyword arguments of the row's features (fp8 scales: k 0.05, v 0.3)."""
@@ -61,7 +67,7 @@ class Row:
         )
         extra += (f" kv {self.kv_dtype}" if self.kv_dtype else "") + (
             f" W{self.window_left}" if self.window_left is not None else ""
-        )
+        ) + (" V token-major" if self.v_layout == "token" else "")
         return f"{self.batch}x{s} {self.num_q_heads}/{self.num_kv_heads}{extra}"
 
     def kv_bytes(self) -> int:
@@ -128,12 +134,16 @@ PRESETS = {
         _uniform(64, 3064, 32, 8, label="uniform 64x3064 32/8 (same bytes)"),
     ],
     "dims": lambda: [_uniform(64, 4096, 32, 8, head_dim=d) for d in (64, 128, 256)],
-    # model features: fp8 cache vs bf16 (same shapes; PERF.md's fp8 rows are 64 x 4096 and 1 x 131072 at 32/8), a
-    # 4096 window at 32k context vs full attention
+    # model features: fp8 cache vs bf16 (same shapes; PERF.md's fp8 rows are 64 x 4096 and 1 x 131072 at 32/8), and
+    # with 64-token pages, bf16 against an e4m3 cache whose V pages are token-major (the fastest fp8 layout:
+    # docs/features.md); a 4096 window at 32k context vs full attention
     "fp8": lambda: [
         _uniform(b, s, hq, hkv, kv_dtype=kv) for b, s, hq, hkv in ((64, 4096, 32, 8), (1, 131072, 32, 8),
                                                                    (1, 65536, 12, 2))
         for kv in ("", "e4m3", "e5m2")
+    ] + [
+        _uniform(b, s, 32, 8, page_size=64, **kw) for b, s in ((64, 4096), (1, 131072))
+        for kw in ({}, dict(kv_dtype="e4m3", v_layout="token"))
     ],  # fmt: skip
     "window": lambda: [_uniform(b, 32768, 32, 8, window_left=w) for b in (1, 16) for w in (None, 4096)],
     "tiny": lambda: [
@@ -177,6 +187,8 @@ def make_backend(name: str, case, row: Row):
     kw = row.feature_kwargs()
     if kw and name not in FEATURE_BACKENDS + (PLANNED,):
         raise Skip(f"{name} has no {', '.join(kw)} here")
+    if row.v_layout and (name not in FLASHDECODE_BACKENDS + (PLANNED,) or name == "triton_tma"):
+        raise Skip(f"{name} reads head-dim-major V pages only")
     if name in FLASHDECODE_BACKENDS:
         return lambda c=case: decode_attention(*c.args, backend=name, **kw)
     if name == PLANNED:
@@ -368,7 +380,7 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
     """
     import torch
 
-    from .cases import random_paged_case
+    from .cases import random_paged_case, token_major_v
     from .check import output_tolerance
     from .reference import reference_dense
 
@@ -383,6 +395,8 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
         )  # fmt: skip
         if row.kv_dtype:
             quantize_kv(case, row.kv_dtype)
+        if row.v_layout == "token":
+            case = dataclasses.replace(case, v_cache=token_major_v(case.v_cache))
         ref_out, _ = reference_dense(*case.args, device=device, **row.feature_kwargs())
         tolerance = output_tolerance(case.args, ref_out, **row.feature_kwargs())
         copies = rotation_copies(case, l2) if on_gpu and not warm_l2 else [case]
