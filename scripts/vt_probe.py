@@ -8,6 +8,7 @@ device. Writes $OUT/vt.jsonl, prints a table.
     python scripts/vt_probe.py cap      # fp8 rows: FP8_LONG_TILE capped at 2 programs per SM or not ("_free")
     python scripts/vt_probe.py pair     # the plan with and without token-major V only, fp8 and bf16
     python scripts/vt_probe.py pages    # the same at page sizes 16, 32 and 64, on four rows
+    python scripts/vt_probe.py wave     # e4m3 single pass at 2 or 3 programs per SM (FP8_LONG_PROGRAMS_PER_SM)
 """
 
 import dataclasses
@@ -83,8 +84,51 @@ def set_cap(on):
     launcher.cap_programs_per_sm = _cap if on else (lambda compiled, programs: False)
 
 
+def wave():
+    """The e4m3 single pass (FP8_LONG_TILE) capped at 2 or 3 programs per SM, both V layouts, pages 16 and 64: does
+    a grid of more than 2 and at most 3 programs per SM run faster as one wave of 3 where the registers allow it
+    (token-major V: 164)?"""
+    out_dir = os.environ.get("OUT", ".")
+    log = open(os.path.join(out_dir, "vt-wave.jsonl"), "w")
+    l2 = _l2_bytes("cuda")
+    table = []
+    for batch, page in itertools.product((33, 40, 48, 64), (16, 64)):
+        c = random_paged_case([4096] * batch, 32, 8, 128, page, torch.bfloat16, "cuda", spare_pages=0)
+        quantize_kv(c, "e4m3")
+        ks, vs = scaled("e4m3")
+        ref, _ = reference_dense(c.q, c.k_cache.float() * ks, c.v_cache.float() * vs, *c.args[3:], device="cuda")
+        nhd = rotation_copies(c, l2)
+        vt = [dataclasses.replace(x, v_cache=token_major(x.v_cache)) for x in nhd]
+        res = {}
+        for name, copies, cap in (("hd2", nhd, 2), ("hd3", nhd, 3), ("vt2", vt, 2), ("vt3", vt, 3)):
+            triton_common.FP8_LONG_PROGRAMS_PER_SM = cap
+            set_cap(True)
+            launcher.clear()
+            it = itertools.cycle(copies)
+
+            def fn():
+                x = next(it)
+                return decode_attention(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, num_splits=1,
+                                        k_scale=ks, v_scale=vs)  # fmt: skip
+
+            err = max_err(fn(), ref)
+            assert err < 0.05, f"{batch} P{page} {name}: wrong, err {err}"
+            res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+        triton_common.FP8_LONG_PROGRAMS_PER_SM = 2
+        log.write(json.dumps(dict(batch=batch, page=page, programs=batch * 8, **{k: round(v, 2) for k, v in
+                                                                                  res.items()})) + "\n")  # fmt: skip
+        line = f"{batch}x4096 32/8 e4m3 P{page:<3d} {batch * 8:4d} programs  "
+        line += "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
+        table.append(line)
+        print(line, flush=True)
+    print()
+    print("\n".join(table))
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode == "wave":
+        return wave()
     variants, kvs = dict(stages=(STAGE_VARIANTS, ("e4m3",)), cap=(CAP_VARIANTS, ("e4m3",)),
                          pair=(PAIR_VARIANTS, ("e4m3", "bf16"))).get(mode, (VARIANTS, ("e4m3", "bf16")))
     odd_lengths_check()
