@@ -87,7 +87,8 @@ def set_cap(on):
 def wave():
     """The e4m3 single pass (FP8_LONG_TILE) capped at 2 or 3 programs per SM, both V layouts, pages 16 and 64: does
     a grid of more than 2 and at most 3 programs per SM run faster as one wave of 3 where the registers allow it
-    (token-major V: 164)?"""
+    (token-major V: 164)? Then token-major V through the library's rule (FP8_LONG_ONE_WAVE): the single pass,
+    `auto` and the plan."""
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "vt-wave.jsonl"), "w")
     l2 = _l2_bytes("cuda")
@@ -99,26 +100,34 @@ def wave():
         ref, _ = reference_dense(c.q, c.k_cache.float() * ks, c.v_cache.float() * vs, *c.args[3:], device="cuda")
         nhd = rotation_copies(c, l2)
         vt = [dataclasses.replace(x, v_cache=token_major(x.v_cache)) for x in nhd]
+        p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
         res = {}
-        for name, copies, cap in (("hd2", nhd, 2), ("hd3", nhd, 3), ("vt2", vt, 2), ("vt3", vt, 3)):
-            triton_common.FP8_LONG_PROGRAMS_PER_SM = cap
+        # (name, copies, cap: the cap as named on every grid, or None: the library's rule; call)
+        for name, copies, cap, extra in (
+            ("hd2", nhd, 2, dict(num_splits=1)), ("hd3", nhd, 3, dict(num_splits=1)),
+            ("vt2", vt, 2, dict(num_splits=1)), ("vt3", vt, 3, dict(num_splits=1)),
+            ("vt_single", vt, None, dict(num_splits=1)), ("vt_auto", vt, None, {}), ("vt_plan", vt, None, dict(plan=p)),
+        ):  # fmt: skip
+            triton_common.FP8_LONG_PROGRAMS_PER_SM, triton_common.FP8_LONG_ONE_WAVE = (2, 3) if cap is None else (
+                cap, None)
             set_cap(True)
             launcher.clear()
             it = itertools.cycle(copies)
 
             def fn():
                 x = next(it)
-                return decode_attention(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, num_splits=1,
-                                        k_scale=ks, v_scale=vs)  # fmt: skip
+                return decode_attention(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, k_scale=ks,
+                                        v_scale=vs, **extra)  # fmt: skip
 
             err = max_err(fn(), ref)
             assert err < 0.05, f"{batch} P{page} {name}: wrong, err {err}"
             res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
-        triton_common.FP8_LONG_PROGRAMS_PER_SM = 2
-        log.write(json.dumps(dict(batch=batch, page=page, programs=batch * 8, **{k: round(v, 2) for k, v in
-                                                                                  res.items()})) + "\n")  # fmt: skip
-        line = f"{batch}x4096 32/8 e4m3 P{page:<3d} {batch * 8:4d} programs  "
-        line += "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
+        triton_common.FP8_LONG_PROGRAMS_PER_SM, triton_common.FP8_LONG_ONE_WAVE = 2, 3
+        note = f"S{p.num_splits}{'L' if p.long_tile else ''}"
+        log.write(json.dumps(dict(batch=batch, page=page, programs=batch * 8, plan=note,
+                                  **{k: round(v, 2) for k, v in res.items()})) + "\n")  # fmt: skip
+        line = f"{batch}x4096 32/8 e4m3 P{page:<3d} {batch * 8:4d} programs {note:6s} "
+        line += "  ".join(f"{k} {v:6.1f}" for k, v in res.items())
         table.append(line)
         print(line, flush=True)
     print()

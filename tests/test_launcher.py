@@ -274,3 +274,50 @@ def test_fp8_long_tile_keeps_its_programs_per_sm(token_major, device, monkeypatc
             by_smem = smem // (-(-shared // 128) * 128 + 1024)
             assert min(by_regs, by_smem, 64 // warps) <= triton_common.FP8_LONG_PROGRAMS_PER_SM, (
                 name, compiled.n_regs, compiled.metadata.shared, shared)
+
+
+def test_fp8_long_tile_cap_rule():
+    """The fp8 128-token tile is capped at FP8_LONG_PROGRAMS_PER_SM programs per SM, except a single pass of more than
+    that and at most FP8_LONG_ONE_WAVE per SM, which runs as one wave; other tiles are not capped."""
+    from flashdecode import triton_common as tc
+
+    fp8 = tc.launch_config(128, 4, torch.bfloat16, 1, kv_itemsize=1, single=True)
+    assert tc.uses_tile(fp8, tc.FP8_LONG_TILE) and (tc.FP8_LONG_PROGRAMS_PER_SM, tc.FP8_LONG_ONE_WAVE) == (2, 3)
+    got = {n: tc.tile_programs_per_sm(fp8, n, 132) for n in (0, 100, 264, 265, 396, 397, 1000)}
+    assert got == {0: 2, 100: 2, 264: 2, 265: 3, 396: 3, 397: 2, 1000: 2}
+    assert tc.tile_programs_per_sm(fp8, 300, None) == 2
+    assert tc.tile_programs_per_sm(tc.launch_config(128, 4, torch.bfloat16, 1, single=True), 300, 132) is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the occupancy of compiled CUDA kernels")
+@pytest.mark.parametrize("token_major", [False, True], ids=["v-hd-major", "v-token-major"])
+def test_fp8_single_pass_of_one_wave_of_three(token_major, device, monkeypatch):
+    """A single pass of 2.5 programs per SM with the fp8 128-token tile is capped at 3 a SM (``FP8_LONG_ONE_WAVE``):
+    token-major V's registers let exactly 3 fit, head-dim-major V's still 2; the output matches the reference."""
+    from test_fp8 import fp8_case
+
+    from flashdecode.cases import token_major_v
+    from flashdecode.check import output_tolerance as args_tolerance
+    from flashdecode.reference import reference_dense
+
+    props = torch.cuda.get_device_properties(0)
+    regs = getattr(props, "regs_per_multiprocessor", 65536)
+    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
+    batch = -(-5 * props.multi_processor_count // 16)  # x 8 KV heads: 2.5 programs per SM
+    args = fp8_case([300, 17, 128] * (batch // 3) + [64] * (batch % 3), "e4m3", torch.bfloat16, device, seed=4, hq=32,
+                    hkv=8, d=128)  # fmt: skip
+    if token_major:
+        args = (*args[:2], token_major_v(args[2]), *args[3:])
+    scales = dict(k_scale=0.05, v_scale=0.3)
+    ref_out, _ = reference_dense(*args, **scales)
+    monkeypatch.setattr(launcher, "_capped", {})
+    launcher.clear()
+    out = torch.full_like(args[0], float("nan"))
+    decode_attention(*args, out=out, backend="triton", **scales)
+    assert max_err(out, ref_out) <= args_tolerance(args, ref_out, **scales)
+    (compiled,) = launcher._capped
+    assert launcher._capped[compiled] == 3
+    warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
+    by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
+    by_smem = smem // (-(-shared // 128) * 128 + 1024)
+    assert min(by_regs, by_smem) == (3 if token_major else 2), (compiled.n_regs, compiled.metadata.shared, shared)

@@ -189,6 +189,12 @@ FP8_LONG_TILE = dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True)
 # of 3 instead of 1.94 of 2, and a one-wave split-K grid piles onto fewer SMs (launcher.cap_programs_per_sm). None:
 # uncapped
 FP8_LONG_PROGRAMS_PER_SM = 2
+# ...but a single pass of more than 2 and at most FP8_LONG_ONE_WAVE programs per SM runs as one wave of that many
+# where the registers let them fit (token-major V; head-dim-major V still fits 2). H200, e4m3 32/8 x 4096 single
+# pass, token-major V, capped at 2 -> 3 (scripts/vt_probe.py wave, sweeps/token-major-v-cap): 40 sequences (320
+# programs) 174.9 -> 121.9 µs at page 16 (head-dim-major 133.2), 116.6 -> 92.8 at page 64; 48: 178.3 -> 129.4
+# (146.1), 119.9 -> 100.8; 64 (1.29 waves of 3): 188.5 -> 226.8, so not above one wave
+FP8_LONG_ONE_WAVE = 3
 # ...and an fp8 cache's split-K calls whose chunks may be short (all but the fused merge's): 64-token tiles with the
 # prefetch, capped at 128 registers (ptxas .maxnreg) so more programs fit an SM. pipeline_probe fp8reg at 7d8c95d:
 # 1 x 131072 32/8 e4m3 124.6 us with PREFETCH_TILE -> 111.2 (FP8_LONG_TILE 112.6), 1 x 65536 12/2 22.0 -> 21.9
@@ -239,9 +245,15 @@ def uses_tile(cfg: dict, tile: dict | None) -> bool:
     return bool(tile) and all(cfg.get(k) == v for k, v in tile.items())
 
 
-def tile_programs_per_sm(cfg: dict) -> int | None:
-    """The programs per SM a launch config's tile is capped at (``launcher.cap_programs_per_sm``), or None."""
-    return FP8_LONG_PROGRAMS_PER_SM if uses_tile(cfg, FP8_LONG_TILE) else None
+def tile_programs_per_sm(cfg: dict, single_programs: int = 0, num_sms: int | None = None) -> int | None:
+    """The programs per SM a launch config's tile is capped at (``launcher.cap_programs_per_sm``), or None.
+    single_programs: the grid of a single pass (0: not one), which fits one wave of ``FP8_LONG_ONE_WAVE``."""
+    if not uses_tile(cfg, FP8_LONG_TILE) or not FP8_LONG_PROGRAMS_PER_SM:
+        return None
+    one_wave = FP8_LONG_ONE_WAVE and num_sms
+    if one_wave and FP8_LONG_PROGRAMS_PER_SM * num_sms < single_programs <= FP8_LONG_ONE_WAVE * num_sms:
+        return FP8_LONG_ONE_WAVE
+    return FP8_LONG_PROGRAMS_PER_SM
 
 
 def uses_prefetch_tile(cfg: dict) -> bool:

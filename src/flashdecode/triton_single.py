@@ -221,6 +221,6 @@ def decode_single(
         LONG_MEAN=long_mean if even_only else 0, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache),
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
-        programs_per_sm=tile_programs_per_sm(cfg),
+        programs_per_sm=tile_programs_per_sm(cfg, num_kv_heads * head_blocks * batch, num_sms),
     )  # fmt: skip
     return out, lse
