@@ -202,6 +202,19 @@ def test_padded_shared_memory_caps_programs_per_sm(programs):
         assert padded == shared or (fit(shared) > programs and padded % 128 == 0)
 
 
+def resident_programs(compiled) -> int:
+    """How many programs of a compiled (and possibly capped) kernel fit an SM of this GPU: the least of what its
+    registers (allocated per warp in units of 256), its launch shared memory (128-byte units, 1 KB reserved a
+    program) and the 64 warps an SM holds allow."""
+    props = torch.cuda.get_device_properties(0)
+    regs = getattr(props, "regs_per_multiprocessor", 65536)
+    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
+    warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
+    by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
+    by_smem = smem // (-(-shared // 128) * 128 + 1024)
+    return min(by_regs, by_smem, 64 // warps)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the occupancy of compiled CUDA kernels")
 def test_planned_partials_fit_the_planners_programs_per_sm(device, monkeypatch):
     """A planned split-K call's partial kernel (in place and with the planner launch) runs at most the planner's
@@ -210,9 +223,6 @@ def test_planned_partials_fit_the_planners_programs_per_sm(device, monkeypatch):
     registers, warps and launch shared memory, one call at a time."""
     from flashdecode import triton_splitk
 
-    props = torch.cuda.get_device_properties(0)
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
     for lens, hq, hkv in (([4096], 32, 32), ([2048] * 8, 28, 4), ([3000] + [100] * 20, 32, 8)):
         # only this call's kernels (Triton keeps the compiled ones, so a kernel capped before is capped again here)
         monkeypatch.setattr(launcher, "_capped", {})
@@ -224,10 +234,7 @@ def test_planned_partials_fit_the_planners_programs_per_sm(device, monkeypatch):
         target = triton_splitk.planner_target(128, hq // hkv, torch.bfloat16, 1, 2, hkv)
         assert launcher._capped, (lens, hq, hkv)
         for compiled in launcher._capped:
-            warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
-            by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
-            by_smem = smem // (-(-shared // 128) * 128 + 1024)
-            assert min(by_regs, by_smem, 64 // warps) <= target, (hq, hkv, compiled.n_regs, shared, target)
+            assert resident_programs(compiled) <= target, (hq, hkv, compiled.n_regs, compiled.packed_metadata, target)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the occupancy of compiled CUDA kernels")
@@ -245,9 +252,6 @@ def test_fp8_long_tile_keeps_its_programs_per_sm(token_major, device, monkeypatc
     from flashdecode.reference import reference_dense
     from flashdecode.triton_single import decode_single
 
-    props = torch.cuda.get_device_properties(0)
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
     # 20 sequences x 8 KV heads: 160 single-pass programs, more than one a SM
     args = fp8_case([700, 1500, 33, 4096] * 5, "e4m3", torch.bfloat16, device, seed=9, hq=32, hkv=8, d=128)
     if token_major:
@@ -255,8 +259,9 @@ def test_fp8_long_tile_keeps_its_programs_per_sm(token_major, device, monkeypatc
     scales = dict(k_scale=0.05, v_scale=0.3)
     ref_out, _ = reference_dense(*args, **scales)
     features = triton_common.Features(kv_fp8=True, **scales)
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
     calls = dict(
-        single=lambda out: decode_single(*args, 128**-0.5, out, features=features, num_sms=props.multi_processor_count),
+        single=lambda out: decode_single(*args, 128**-0.5, out, features=features, num_sms=num_sms),
         fixed=lambda out: triton_splitk.decode_splitk(*args, 128**-0.5, out, num_splits=4, features=features,
                                                       long_tile=True),
         planned=lambda out: triton_splitk.decode_splitk(*args, 128**-0.5, out, features=features, long_tile=True),
@@ -269,11 +274,8 @@ def test_fp8_long_tile_keeps_its_programs_per_sm(token_major, device, monkeypatc
         assert max_err(out, ref_out) <= args_tolerance(args, ref_out, **scales), name
         assert launcher._capped, name
         for compiled in launcher._capped:
-            warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
-            by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
-            by_smem = smem // (-(-shared // 128) * 128 + 1024)
-            assert min(by_regs, by_smem, 64 // warps) <= triton_common.FP8_LONG_PROGRAMS_PER_SM, (
-                name, compiled.n_regs, compiled.metadata.shared, shared)
+            assert resident_programs(compiled) <= triton_common.FP8_LONG_PROGRAMS_PER_SM, (
+                name, compiled.n_regs, compiled.packed_metadata)
 
 
 def test_fp8_long_tile_cap_rule():
@@ -301,8 +303,6 @@ def test_fp8_single_pass_of_one_wave_of_three(token_major, device, monkeypatch):
     from flashdecode.reference import reference_dense
 
     props = torch.cuda.get_device_properties(0)
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    smem = getattr(props, "shared_memory_per_multiprocessor", 233472)
     batch = -(-5 * props.multi_processor_count // 16)  # x 8 KV heads: 2.5 programs per SM
     args = fp8_case([300, 17, 128] * (batch // 3) + [64] * (batch % 3), "e4m3", torch.bfloat16, device, seed=4, hq=32,
                     hkv=8, d=128)  # fmt: skip
@@ -317,7 +317,4 @@ def test_fp8_single_pass_of_one_wave_of_three(token_major, device, monkeypatch):
     assert max_err(out, ref_out) <= args_tolerance(args, ref_out, **scales)
     (compiled,) = launcher._capped
     assert launcher._capped[compiled] == 3
-    warps, shared = compiled.metadata.num_warps, compiled.packed_metadata[2]
-    by_regs = regs // (-(-compiled.n_regs * 32 // 256) * 256 * warps)
-    by_smem = smem // (-(-shared // 128) * 128 + 1024)
-    assert min(by_regs, by_smem) == (3 if token_major else 2), (compiled.n_regs, compiled.metadata.shared, shared)
+    assert resident_programs(compiled) == (3 if token_major else 2), (compiled.n_regs, compiled.packed_metadata)
