@@ -573,7 +573,7 @@ def attend_range(
                 # (head-dim-major: 247.0, 23.0). An 8-bit V keeps the 2-D tile: the 3-D one reaches shared memory
                 # unswizzled, and 64 x 4096 32/8 e4m3 took 233.1 µs against 187.5 (sweeps/token-major-v-cap)
                 v_row3 = tl.reshape(v_row, (BLOCK_N // RUN, RUN))
-                v_row3 = tl.max_contiguous(tl.multiple_of(v_row3, [RUN, RUN]), [1, RUN])
+                v_row3 = tl.max_contiguous(tl.multiple_of(v_row3, [1, RUN]), [1, RUN])
                 mask3 = tl.max_constancy(tl.reshape(mask_run, (BLOCK_N // RUN, RUN)), [1, RUN])
                 v3 = tl.load(V + v_row3[None, :, :] + (offs_d * PAGE_SIZE)[:, None, None],
                              mask=mask3[None, :, :] & mask_d[:, None, None], other=0.0)  # fmt: skip
