@@ -84,23 +84,56 @@ def set_cap(on):
     launcher.cap_programs_per_sm = _cap if on else (lambda compiled, programs: False)
 
 
+def prepared(seqlens, hq, hkv, page, kv, l2):
+    """A uniform-head-dim-128 case in `kv` ("e4m3" or "bf16"): its float64 reference, the scale arguments, rotation
+    copies with head-dim-major and with token-major V, and its plan."""
+    c = random_paged_case(seqlens, hq, hkv, 128, page, torch.bfloat16, "cuda", spare_pages=0)
+    if kv == "e4m3":
+        quantize_kv(c, "e4m3")
+    ks, vs = scaled(kv)
+    ref, _ = reference_dense(c.q, c.k_cache.float() * ks, c.v_cache.float() * vs, *c.args[3:], device="cuda")
+    kw = dict(k_scale=ks, v_scale=vs) if kv == "e4m3" else {}
+    nhd = rotation_copies(c, l2)
+    vt = [dataclasses.replace(x, v_cache=token_major(x.v_cache)) for x in nhd]
+    return ref, kw, nhd, vt, plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+
+
+def timed(copies, ref, label, **kwargs):
+    """Graph µs of decode_attention(**kwargs) cycling through `copies`, once checked against `ref`."""
+    launcher.clear()
+    it = itertools.cycle(copies)
+
+    def fn():
+        x = next(it)
+        return decode_attention(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, **kwargs)
+
+    err = max_err(fn(), ref)
+    assert err < 0.05, f"{label}: wrong, err {err}"
+    return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+
+
+def emit(log, table, record, line):
+    """One row: a JSON line in `log`, a line of the table printed now and again at the end."""
+    log.write(json.dumps(record) + "\n")
+    log.flush()
+    table.append(line)
+    print(line, flush=True)
+
+
+def plan_note(p):
+    return f"S{p.num_splits}{'L' if p.long_tile else ''}"
+
+
 def wave():
     """The e4m3 single pass (FP8_LONG_TILE) capped at 2 or 3 programs per SM, both V layouts, pages 16 and 64: does
     a grid of more than 2 and at most 3 programs per SM run faster as one wave of 3 where the registers allow it
     (token-major V: 164)? Then token-major V through the library's rule (FP8_LONG_ONE_WAVE): the single pass,
     `auto` and the plan."""
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "vt-wave.jsonl"), "w")
+    log = open(os.path.join(os.environ.get("OUT", "."), "vt-wave.jsonl"), "w")
     l2 = _l2_bytes("cuda")
     table = []
     for batch, page in itertools.product((33, 40, 48, 64), (16, 64)):
-        c = random_paged_case([4096] * batch, 32, 8, 128, page, torch.bfloat16, "cuda", spare_pages=0)
-        quantize_kv(c, "e4m3")
-        ks, vs = scaled("e4m3")
-        ref, _ = reference_dense(c.q, c.k_cache.float() * ks, c.v_cache.float() * vs, *c.args[3:], device="cuda")
-        nhd = rotation_copies(c, l2)
-        vt = [dataclasses.replace(x, v_cache=token_major(x.v_cache)) for x in nhd]
-        p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+        ref, kw, nhd, vt, p = prepared([4096] * batch, 32, 8, page, "e4m3", l2)
         res = {}
         # (name, copies, cap: the cap as named on every grid, or None: the library's rule; call)
         for name, copies, cap, extra in (
@@ -111,25 +144,12 @@ def wave():
             triton_common.FP8_LONG_PROGRAMS_PER_SM, triton_common.FP8_LONG_ONE_WAVE = (2, 3) if cap is None else (
                 cap, None)
             set_cap(True)
-            launcher.clear()
-            it = itertools.cycle(copies)
-
-            def fn():
-                x = next(it)
-                return decode_attention(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, k_scale=ks,
-                                        v_scale=vs, **extra)  # fmt: skip
-
-            err = max_err(fn(), ref)
-            assert err < 0.05, f"{batch} P{page} {name}: wrong, err {err}"
-            res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+            res[name] = timed(copies, ref, f"{batch} P{page} {name}", **kw, **extra)
         triton_common.FP8_LONG_PROGRAMS_PER_SM, triton_common.FP8_LONG_ONE_WAVE = 2, 3
-        note = f"S{p.num_splits}{'L' if p.long_tile else ''}"
-        log.write(json.dumps(dict(batch=batch, page=page, programs=batch * 8, plan=note,
-                                  **{k: round(v, 2) for k, v in res.items()})) + "\n")  # fmt: skip
-        line = f"{batch}x4096 32/8 e4m3 P{page:<3d} {batch * 8:4d} programs {note:6s} "
-        line += "  ".join(f"{k} {v:6.1f}" for k, v in res.items())
-        table.append(line)
-        print(line, flush=True)
+        record = dict(batch=batch, page=page, programs=batch * 8, plan=plan_note(p),
+                      **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
+        line = f"{batch}x4096 32/8 e4m3 P{page:<3d} {batch * 8:4d} programs {plan_note(p):6s} "
+        emit(log, table, record, line + "  ".join(f"{k} {v:6.1f}" for k, v in res.items()))
     print()
     print("\n".join(table))
 
@@ -141,8 +161,7 @@ def main():
     variants, kvs = dict(stages=(STAGE_VARIANTS, ("e4m3",)), cap=(CAP_VARIANTS, ("e4m3",)),
                          pair=(PAIR_VARIANTS, ("e4m3", "bf16"))).get(mode, (VARIANTS, ("e4m3", "bf16")))
     odd_lengths_check()
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, f"vt{'-' + mode if mode else ''}.jsonl"), "w")
+    log = open(os.path.join(os.environ.get("OUT", "."), f"vt{'-' + mode if mode else ''}.jsonl"), "w")
     l2 = _l2_bytes("cuda")
     table = []
     rows = [(row, 16) for row in ROWS]
@@ -151,45 +170,22 @@ def main():
         rows = [(ROWS[i], page) for i in (0, 1, 4, 7) for page in (16, 32, 64)]
     for kv in kvs:
         for row, page in rows:
-            c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, page, torch.bfloat16, "cuda",
-                                  spare_pages=0)  # fmt: skip
-            if kv == "e4m3":
-                quantize_kv(c, "e4m3")
-            ks, vs = scaled(kv)
-            k, v = c.k_cache.float() * ks, c.v_cache.float() * vs
-            ref, _ = reference_dense(c.q, k, v, *c.args[3:], device="cuda")
-            kw = dict(k_scale=ks, v_scale=vs) if kv == "e4m3" else {}
-            nhd = rotation_copies(c, l2)
-            vt = [dataclasses.replace(x, v_cache=token_major(x.v_cache)) for x in nhd]
-            p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+            ref, kw, nhd, vt, p = prepared(row.seqlens, row.num_q_heads, row.num_kv_heads, page, kv, l2)
             res = {}
             for name, use_vt, stages, planned, capped in variants:
                 set_cap(capped)
-                copies, extra = (vt if use_vt else nhd), (dict(plan=p) if planned else {})
                 triton_common.FP8_LONG_TILE["num_stages"] = stages
                 triton_common._launch_config.cache_clear()
-                launcher.clear()
-                it = itertools.cycle(copies)
-
-                def fn():
-                    x = next(it)
-                    return decode_attention(x.q, x.k_cache, x.v_cache, x.cache_seqlens, x.block_table, **kw, **extra)
-
-                err = max_err(fn(), ref)
-                assert err < 0.05, f"{row.name()} {kv} {name}: wrong, err {err}"
-                res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+                res[name] = timed(vt if use_vt else nhd, ref, f"{row.name()} {kv} {name}", **kw,
+                                  **(dict(plan=p) if planned else {}))  # fmt: skip
             triton_common.FP8_LONG_TILE["num_stages"] = 3
             triton_common._launch_config.cache_clear()
             set_cap(True)
-            note = f"S{p.num_splits}{'L' if p.long_tile else ''}"
-            log.write(json.dumps(dict(row=row.name(), page=page, kv=kv, splits=note,
-                                      **{k: round(v, 2) for k, v in res.items()})) + "\n")  # fmt: skip
-            log.flush()
-            line = f"{row.name():<24} P{page:<3d} {kv:5s} {note:6s} "
+            record = dict(row=row.name(), page=page, kv=kv, splits=plan_note(p),
+                          **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
+            line = f"{row.name():<24} P{page:<3d} {kv:5s} {plan_note(p):6s} "
             line += "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
-            line += f"   plan / plan_vt {res['plan'] / res['plan_vt']:.3f}x"
-            table.append(line)
-            print(line, flush=True)
+            emit(log, table, record, line + f"   plan / plan_vt {res['plan'] / res['plan_vt']:.3f}x")
     print()
     print("\n".join(table))
 
