@@ -11,7 +11,8 @@ zero. Run on the GPU machine:
 starts so; ``--timing-only`` prints each variant's error instead of asserting it (for source variants that skip work
 on purpose, to see what that work costs). A row whose plan is the single pass times the single pass.
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
-times fixed splits with that partial tile (BLOCK_N, stages[, warps]) too, as ``decode_splitk(config=...)`` takes it.
+times fixed splits with that partial tile (BLOCK_N, stages[, warps]) too, as ``decode_splitk(config=...)`` takes it,
+merged as the plan would merge them (``--tile-both``: with the combine launch and in the last split program).
 ``--plan-only`` times the plan's S alone. ``--no-combine`` also times each combine-launched variant without its
 combine launch (timing only: the output is not merged), to see what the combine costs.
 """
@@ -48,6 +49,7 @@ def main():
     ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
     ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages[,warps]: a partial tile to time too")
     ap.add_argument("--plan-only", action="store_true", help="time the plan's S only (no half and double)")
+    ap.add_argument("--tile-both", action="store_true", help="time each --tile both merged ways, not as the plan would")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
@@ -81,7 +83,8 @@ def main():
                 # merged as the plan would merge S splits
                 variants += [
                     (f"{tag}{' fused' * fuse} S={s}", s, counters if fuse else None, config)
-                    for s in splits for fuse in [merge_fixed_in_partial(len(lens), 1, hq, s, sms)]
+                    for s in splits
+                    for fuse in ([False, True] if args.tile_both else [merge_fixed_in_partial(len(lens), 1, hq, s, sms)])
                 ]  # fmt: skip
         for label, s, ctr, config in variants:
             cycle = itertools.cycle(rotated)
