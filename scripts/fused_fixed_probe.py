@@ -13,8 +13,9 @@ on purpose, to see what that work costs). A row whose plan is the single pass ti
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
 times fixed splits with that partial tile (BLOCK_N, stages[, warps]) too, as ``decode_splitk(config=...)`` takes it,
 merged as the plan would merge them (``--tile-both``: with the combine launch and in the last split program).
-``--plan-only`` times the plan's S alone. ``--no-combine`` also times each combine-launched variant without its
-combine launch (timing only: the output is not merged), to see what the combine costs.
+``--plan-only`` times the plan's S alone. ``--no-combine`` also times each combine-launched variant with the calls
+unchained (``CHAIN_PDL`` off), with and without its combine launch (timing only: the output is not merged), to see
+what the combine costs.
 """
 
 import argparse
@@ -24,7 +25,7 @@ from unittest.mock import patch
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode import decode_attention, plan_decode, triton_splitk
+from flashdecode import decode_attention, plan_decode, triton_common, triton_splitk
 from flashdecode.bench import probe_case
 from flashdecode.check import max_err
 from flashdecode.api import _num_sms
@@ -106,9 +107,14 @@ def main():
             counters.zero_()
             print(f"{name:>16} {label:>12} {us:7.1f}{mark}{note}", flush=True)
             if args.no_combine and s > 1 and ctr is None:
-                # the same launch with triton_splitk's combine launch skipped: the partial kernel alone
-                with patch.object(triton_splitk, "launch_combine", lambda *a, **k: None):
+                # the graph's calls unchained (a partial that expects its combine lets the next kernel launch at its
+                # top: with the combine gone, the next call's partial programs would sit waiting beside this one's),
+                # with the combine launch and without it: the partial kernel alone
+                with patch.object(triton_common, "CHAIN_PDL", False):
                     us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
+                    print(f"{name:>16} {label + ' unchained':>12} {us:7.1f}", flush=True)
+                    with patch.object(triton_splitk, "launch_combine", lambda *a, **k: None):
+                        us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
                 print(f"{name:>16} {label + ' alone':>12} {us:7.1f}", flush=True)
 
 
