@@ -22,11 +22,16 @@ import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from flashdecode.cases import random_paged_case
+from flashdecode import plan_decode
+from flashdecode.cases import random_paged_case, token_major_v
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-FUZZ_BACKENDS = ("triton", "triton_splitk", "auto", "torch_sdpa", "torch_naive")
+FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+# an fp8 cache holds k / K_SCALE and v / V_SCALE (the drawn values are ~N(0, 1)), dequantised in the kernels
+# "plan": backend "auto" with a plan_decode(...) of the call's own tensors
+FUZZ_BACKENDS = ("triton", "triton_splitk", "auto", "plan", "torch_sdpa", "torch_naive")
+K_SCALE, V_SCALE = 0.05, 0.3
 # lengths around the kernels' tile edges (BLOCK_N is 64 or 128: triton_common.launch_config)
 TILE_EDGES = (63, 64, 65, 127, 128, 129)
 # the longest drawn sequence: a few tiles, so that one example costs about a second in the Triton interpreter
@@ -54,7 +59,9 @@ class Spec:
     group: int  # Hq / Hkv
     head_dim: int
     page_size: int
-    dtype: str  # key of DTYPES
+    dtype: str  # key of DTYPES: q's dtype, and the cache's unless `cache` names an fp8 one
+    cache: str  # "" (q's dtype) | a key of FP8: the cache quantised, with k_scale / v_scale
+    v_layout: str  # "" | "token": V pages stored token-major (cases.token_major_v), after kv_layout's view of K
     num_splits: int | None  # None: the backend decides
     softmax_scale: float | None  # None: 1 / sqrt(D)
     q_layout: str  # "contiguous" | "4d" [B, 1, Hq, D] | "packed" (slice of a wider buffer) | "heads-major" strides
@@ -71,7 +78,8 @@ class Spec:
     def id(self) -> str:
         return (
             f"{self.backend}-B{len(self.seqlens)}-H{self.group * self.num_kv_heads}/{self.num_kv_heads}"
-            f"-D{self.head_dim}-P{self.page_size}-{self.dtype}-S{self.num_splits}"
+            f"-D{self.head_dim}-P{self.page_size}-{self.dtype}{'-' + self.cache if self.cache else ''}"
+            f"{'-Vtoken' if self.v_layout else ''}-S{self.num_splits}"
         )
 
 
@@ -82,6 +90,8 @@ DIMENSIONS = dict(
     head_dim=st.sampled_from([16, 32, 64, 80, 96, 128]),
     page_size=st.sampled_from([1, 2, 3, 8, 12, 16, 17, 32, 33]) | st.integers(1, 33),
     dtype=st.sampled_from(list(DTYPES)),
+    cache=st.sampled_from(["", "", *FP8]),
+    v_layout=st.sampled_from(["", "token"]),
     num_splits=st.none() | st.integers(1, 8) | st.just(24),
     softmax_scale=st.none() | st.floats(0.01, 1.0),
     q_layout=st.sampled_from(["contiguous", "4d", "packed", "heads-major"]),
@@ -103,9 +113,16 @@ def _lengths(page_size: int):
 
 
 def _consistent(fields: dict) -> dict:
-    """Rules between fields: a split count is a split-K argument (single pass takes 1 only)."""
+    """Rules between fields: a split count is a split-K argument (single pass takes 1 only, a plan none); an fp8
+    cache needs a 16-bit q and a backend that implements it (not torch_sdpa)."""
     if fields["backend"] == "triton" and fields["num_splits"] not in (None, 1):
         fields["num_splits"] = 1
+    if fields["backend"] == "plan":
+        fields["num_splits"] = None
+    if fields["backend"] == "torch_sdpa":
+        fields["cache"] = ""
+    if fields["cache"] and fields["dtype"] == "fp32":
+        fields["dtype"] = "bf16"
     return fields
 
 
@@ -124,6 +141,7 @@ class Call:
     args: tuple
     kwargs: dict
     plain: tuple  # (q [B, Hq, D], k_cache, v_cache, cache_seqlens, block_table), contiguous
+    scales: dict  # k_scale / v_scale of an fp8 cache, for the reference too (empty otherwise)
     out_base: torch.Tensor | None  # the buffer that holds `out`, when there is one
     out_mask: torch.Tensor | None  # True where `out` lives in out_base
 
@@ -149,6 +167,11 @@ def build(spec: Spec, device: str = DEVICE) -> Call:
         if last is not None and readers[last] == 1:
             k[last, n % page :] = spec.poison
             v[last, n % page :] = spec.poison
+    scales = {}
+    if spec.cache:
+        # NaN stays NaN; e4m3 saturates ±Inf to ±448, far from any valid value (|k / K_SCALE| < ~100)
+        k, v = (k.float() / K_SCALE).to(FP8[spec.cache]), (v.float() / V_SCALE).to(FP8[spec.cache])
+        scales = dict(k_scale=K_SCALE, v_scale=V_SCALE)
     plain = (q, k, v, lens, table)
 
     if spec.q_layout == "4d":
@@ -164,8 +187,10 @@ def build(spec: Spec, device: str = DEVICE) -> Call:
         kv = torch.stack([k, v], dim=2)  # [pages, page, 2, Hkv, D]
         k, v = kv[:, :, 0], kv[:, :, 1]
     elif spec.kv_layout == "every-other-page":
-        k = torch.stack([k, torch.full_like(k, spec.poison)], dim=1).flatten(0, 1)[::2]
-        v = torch.stack([v, torch.full_like(v, spec.poison)], dim=1).flatten(0, 1)[::2]
+        k = torch.stack([k, _filled(k, spec.poison)], dim=1).flatten(0, 1)[::2]
+        v = torch.stack([v, _filled(v, spec.poison)], dim=1).flatten(0, 1)[::2]
+    if spec.v_layout == "token":
+        v = token_major_v(v)
 
     if spec.table_layout == "transposed":
         table = table.t().contiguous().t()
@@ -191,9 +216,16 @@ def build(spec: Spec, device: str = DEVICE) -> Call:
 
     kwargs = dict(
         backend=spec.backend, num_splits=spec.num_splits, softmax_scale=spec.softmax_scale, out=out,
-        return_lse=spec.return_lse, validate=spec.validate, allow_shared_pages=spec.share_prefix,
+        return_lse=spec.return_lse, validate=spec.validate, allow_shared_pages=spec.share_prefix, **scales,
     )  # fmt: skip
-    return Call((q, k, v, lens, table), kwargs, plain, out_base, out_mask)
+    if spec.backend == "plan":
+        kwargs.update(backend="auto", plan=plan_decode(q, k, lens, table))
+    return Call((q, k, v, lens, table), kwargs, plain, scales, out_base, out_mask)
+
+
+def _filled(t: torch.Tensor, value: float) -> torch.Tensor:
+    """t's shape and dtype filled with value, converted as a cast converts it (e4m3 has no Inf: ±448)."""
+    return torch.full(t.shape, value, device=t.device).to(t.dtype)
 
 
 def count_example(test_id: str) -> None:

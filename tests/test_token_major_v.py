@@ -84,6 +84,24 @@ def test_token_major_v_with_features(backend, num_splits, q_len, kv, device):
     check(args, backend, num_splits, window_left=20, softcap=6.0, **kw)
 
 
+@pytest.mark.parametrize("kv", ["bf16", "e4m3"])
+@pytest.mark.parametrize("page_size", [3, 12, 48])
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+def test_token_major_v_pages_of_any_size(backend, num_splits, page_size, kv, device):
+    """Page sizes that are not a power of two. A run is the largest power of two that divides the page size, at
+    most the tile (``RUN_C``): runs of 1, 4 and 16 tokens here. min(page size, tile), as runs were first cut, gave
+    runs of 3, 12 or 48 tokens (no power of two: the 3-D tile does not compile) and, with 32-token tiles,
+    48-token pages cut into 32-token runs that cross into the next page (found by tests/test_fuzz.py)."""
+    c = poison_tails(case(ragged_lengths(page_size, long=100), 8, 2, 32, page_size, torch.float32, device, seed=25))
+    if kv == "e4m3":
+        k, v = (c.k_cache / 0.05).to(torch.float8_e4m3fn), (c.v_cache / 0.3).to(torch.float8_e4m3fn)
+        kw = dict(k_scale=0.05, v_scale=0.3)
+    else:
+        k, v, kw = c.k_cache.to(torch.bfloat16), c.v_cache.to(torch.bfloat16), {}
+    args = (c.q.to(torch.bfloat16), k, token_major(v), c.cache_seqlens, c.block_table)
+    check(args, backend, num_splits, **kw)
+
+
 @pytest.mark.parametrize("backend", ["triton", "torch"])
 def test_append_kv_writes_token_major_v(backend, device):
     hkv, d, page_size = 2, 32, 16

@@ -440,14 +440,16 @@ def softcap_logits(s, softcap):
 
 @triton.constexpr_function
 def RUN_C(page_size, block_n):
-    """Tokens of a token-major V page read as one vector (attend_range's V_T): min(PAGE_SIZE, BLOCK_N)."""
-    return min(page_size, block_n)
+    """Tokens of a token-major V page read as one vector (attend_range's V_T): the largest power of two that
+    divides PAGE_SIZE, at most BLOCK_N, so that a run never crosses a page and a tile holds whole runs (pages of 16,
+    32, 64: min(PAGE_SIZE, BLOCK_N); of 12: 4; of 48 with 64-token tiles: 16; of 17: 1, token by token)."""
+    return min(page_size & -page_size, block_n)
 
 
 @triton.constexpr_function
 def TAIL_N(page_size, block_n):
     """The tile of a token-major V's last partial run (attend_range's V_T 2): one run, at least tl.dot's 16."""
-    return min(block_n, max(min(page_size, block_n), 16))
+    return min(block_n, max(RUN_C(page_size, block_n), 16))
 
 
 @triton.jit
@@ -508,8 +510,8 @@ def attend_range(
     address arithmetic runs in 32 bits (one IMAD a token instead of a 64-bit multiply-add).
     V_T: 0, V's head dim is contiguous. Otherwise V's pages are token-major (``v_token_major``: stride_vt is 1,
     head-dim elements PAGE_SIZE apart), and V is loaded along its tokens, which lets an 8-bit V reach the tensor
-    cores without one-byte shared loads (docs/features.md). 1: whole runs of RUN = min(PAGE_SIZE, BLOCK_N) tokens,
-    one vector each; `end` is a multiple of RUN (``attend_group``) and `start` may lie inside a run (the walk starts
+    cores without one-byte shared loads (docs/features.md). 1: whole runs of RUN tokens (``RUN_C``: the largest
+    power of two dividing PAGE_SIZE, at most BLOCK_N), one vector each; `end` is a multiple of RUN (``attend_group``) and `start` may lie inside a run (the walk starts
     at the run and masks the tokens before `start`, which exist). 2: token by token, for the last partial run of a
     range, whose slots past the sequence may hold anything (a NaN there would turn P V into NaN).
     """
