@@ -2,7 +2,8 @@
 
 For every drawn case: the output matches ``reference_dense`` within the derived tolerance (2 x plain PyTorch's
 error at the same precision + 1 ulp), the LSE within its tolerance, empty sequences give exactly 0 and -inf, the
-result is written into ``out`` when one is given and nothing outside it changes.
+result is written into ``out`` when one is given and nothing outside it changes. An fp8 cache is held to the
+reference on its dequantised values (k_scale, v_scale), its LSE to torch_naive's on fp32 copies of them.
 
 CI runs the bounded, derandomised "ci" profile (tests/conftest.py loads it); ``make fuzz`` runs the "fuzz" profile
 (thousands of random examples) and prints how many ran. A failure prints the drawn Spec, which ``build`` turns
