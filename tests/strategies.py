@@ -62,6 +62,12 @@ class Spec:
     dtype: str  # key of DTYPES: q's dtype, and the cache's unless `cache` names an fp8 one
     cache: str  # "" (q's dtype) | a key of FP8: the cache quantised, with k_scale / v_scale
     v_layout: str  # "" | "token": V pages stored token-major (cases.token_major_v), after kv_layout's view of K
+    hnd: bool  # the caches passed as kv_layout="HND", [num_pages, Hkv, page_size, D]
+    q_len: int  # > 1: q [B, q_len, Hq, D], the last q_len cached tokens being the new ones
+    softcap: float | None
+    window_left: int | None
+    sinks: bool  # a sink logit per query head
+    alibi: bool  # ALiBi slopes 2^(-8 (h + 1) / Hq)
     num_splits: int | None  # None: the backend decides
     softmax_scale: float | None  # None: 1 / sqrt(D)
     q_layout: str  # "contiguous" | "4d" [B, 1, Hq, D] | "packed" (slice of a wider buffer) | "heads-major" strides
@@ -79,7 +85,9 @@ class Spec:
         return (
             f"{self.backend}-B{len(self.seqlens)}-H{self.group * self.num_kv_heads}/{self.num_kv_heads}"
             f"-D{self.head_dim}-P{self.page_size}-{self.dtype}{'-' + self.cache if self.cache else ''}"
-            f"{'-Vtoken' if self.v_layout else ''}-S{self.num_splits}"
+            f"{'-Vtoken' if self.v_layout else ''}{'-HND' if self.hnd else ''}-S{self.num_splits}"
+            + "".join(f"-{k}" for k in ("softcap", "window_left", "sinks", "alibi") if getattr(self, k) not in (None, False))
+            + (f"-q{self.q_len}" if self.q_len > 1 else "")
         )
 
 
@@ -92,6 +100,12 @@ DIMENSIONS = dict(
     dtype=st.sampled_from(list(DTYPES)),
     cache=st.sampled_from(["", "", *FP8]),
     v_layout=st.sampled_from(["", "token"]),
+    hnd=st.booleans(),
+    q_len=st.sampled_from([1, 1, 2, 3]),
+    softcap=st.none() | st.floats(5.0, 50.0),
+    window_left=st.none() | st.integers(0, 200),
+    sinks=st.booleans(),
+    alibi=st.booleans(),
     num_splits=st.none() | st.integers(1, 8) | st.just(24),
     softmax_scale=st.none() | st.floats(0.01, 1.0),
     q_layout=st.sampled_from(["contiguous", "4d", "packed", "heads-major"]),
@@ -114,13 +128,16 @@ def _lengths(page_size: int):
 
 def _consistent(fields: dict) -> dict:
     """Rules between fields: a split count is a split-K argument (single pass takes 1 only, a plan none); an fp8
-    cache needs a 16-bit q and a backend that implements it (not torch_sdpa)."""
+    cache, the model features and q_len > 1 need a backend that implements them (not torch_sdpa), an fp8 cache a
+    16-bit q; q_len > 1 takes q contiguous (its own [B, q_len, Hq, D])."""
     if fields["backend"] == "triton" and fields["num_splits"] not in (None, 1):
         fields["num_splits"] = 1
     if fields["backend"] == "plan":
         fields["num_splits"] = None
     if fields["backend"] == "torch_sdpa":
-        fields["cache"] = ""
+        fields.update(cache="", q_len=1, softcap=None, window_left=None, sinks=False, alibi=False)
+    if fields["q_len"] > 1:
+        fields["q_layout"] = "contiguous"
     if fields["cache"] and fields["dtype"] == "fp32":
         fields["dtype"] = "bf16"
     return fields
@@ -140,8 +157,8 @@ class Call:
 
     args: tuple
     kwargs: dict
-    plain: tuple  # (q [B, Hq, D], k_cache, v_cache, cache_seqlens, block_table), contiguous
-    scales: dict  # k_scale / v_scale of an fp8 cache, for the reference too (empty otherwise)
+    plain: tuple  # (q [B, Hq, D] or [B, q_len, Hq, D], k_cache, v_cache, cache_seqlens, block_table), NHD, contiguous
+    features: dict  # the model features and an fp8 cache's scales, passed to the reference too
     out_base: torch.Tensor | None  # the buffer that holds `out`, when there is one
     out_mask: torch.Tensor | None  # True where `out` lives in out_base
 
@@ -156,6 +173,9 @@ def build(spec: Spec, device: str = DEVICE) -> Call:
     )  # fmt: skip
     q, k, v, lens, table = c.args
     page = spec.page_size
+    gen = torch.Generator().manual_seed(spec.seed + 1)
+    if spec.q_len > 1:
+        q = torch.randn(len(spec.seqlens), spec.q_len, num_q_heads, spec.head_dim, generator=gen).to(device, dtype)
     if spec.share_prefix and spec.seqlens and spec.seqlens[0] > 0:
         for b, n in enumerate(spec.seqlens):
             if n > 0:
@@ -167,11 +187,16 @@ def build(spec: Spec, device: str = DEVICE) -> Call:
         if last is not None and readers[last] == 1:
             k[last, n % page :] = spec.poison
             v[last, n % page :] = spec.poison
-    scales = {}
+    features = dict(softcap=spec.softcap, window_left=spec.window_left)
+    if spec.sinks:
+        features["sinks"] = torch.randn(num_q_heads, generator=gen).to(device)
+    if spec.alibi:
+        features["alibi_slopes"] = torch.tensor([2.0 ** (-8 * (h + 1) / num_q_heads) for h in range(num_q_heads)],
+                                                device=device)  # fmt: skip
     if spec.cache:
         # NaN stays NaN; e4m3 saturates ±Inf to ±448, far from any valid value (|k / K_SCALE| < ~100)
         k, v = (k.float() / K_SCALE).to(FP8[spec.cache]), (v.float() / V_SCALE).to(FP8[spec.cache])
-        scales = dict(k_scale=K_SCALE, v_scale=V_SCALE)
+        features.update(k_scale=K_SCALE, v_scale=V_SCALE)
     plain = (q, k, v, lens, table)
 
     if spec.q_layout == "4d":
@@ -191,6 +216,10 @@ def build(spec: Spec, device: str = DEVICE) -> Call:
         v = torch.stack([v, _filled(v, spec.poison)], dim=1).flatten(0, 1)[::2]
     if spec.v_layout == "token":
         v = token_major_v(v)
+    if spec.hnd:
+        # [num_pages, Hkv, page_size, D]: K copied so, token-major V as the transpose of its [.., Hkv, D, page] pages
+        k = k.transpose(1, 2).contiguous()
+        v = v.transpose(1, 2) if spec.v_layout == "token" else v.transpose(1, 2).contiguous()
 
     if spec.table_layout == "transposed":
         table = table.t().contiguous().t()
@@ -216,11 +245,15 @@ def build(spec: Spec, device: str = DEVICE) -> Call:
 
     kwargs = dict(
         backend=spec.backend, num_splits=spec.num_splits, softmax_scale=spec.softmax_scale, out=out,
-        return_lse=spec.return_lse, validate=spec.validate, allow_shared_pages=spec.share_prefix, **scales,
+        return_lse=spec.return_lse, validate=spec.validate, allow_shared_pages=spec.share_prefix, **features,
     )  # fmt: skip
+    layout = "HND" if spec.hnd else "NHD"
+    if spec.hnd:
+        kwargs["kv_layout"] = layout
     if spec.backend == "plan":
-        kwargs.update(backend="auto", plan=plan_decode(q, k, lens, table))
-    return Call((q, k, v, lens, table), kwargs, plain, scales, out_base, out_mask)
+        kwargs.update(backend="auto", plan=plan_decode(q, k, lens, table, kv_layout=layout,
+                                                       window_left=spec.window_left))  # fmt: skip
+    return Call((q, k, v, lens, table), kwargs, plain, features, out_base, out_mask)
 
 
 def _filled(t: torch.Tensor, value: float) -> torch.Tensor:

@@ -12,7 +12,7 @@ back into the same tensors.
 
 import pytest
 import torch
-from feature_helpers import lse_tolerance as fp8_lse_tolerance
+from feature_helpers import lse_tolerance as feature_lse_tolerance
 from helpers import lse_err, lse_tolerance, max_err
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,7 +36,8 @@ def test_decode_attention_matches_reference(backend, data):
 FOUND = [
     # fp32, logits of std 8 (softmax_scale 1, D 64): 2.7 x torch_naive's error before the exp2-fold term
     Spec(backend="triton_splitk", seqlens=(63,), num_kv_heads=1, group=1, head_dim=64, page_size=32, dtype="fp32",
-         cache="", v_layout="", num_splits=None, softmax_scale=1.0, q_layout="contiguous", kv_layout="contiguous", table_layout="contiguous",
+         cache="", v_layout="", hnd=False, q_len=1, softcap=None, window_left=None, sinks=False, alibi=False,
+         num_splits=None, softmax_scale=1.0, q_layout="contiguous", kv_layout="contiguous", table_layout="contiguous",
          out="new", poison=float("nan"), share_prefix=False, validate=False, return_lse=False, seed=0),
 ]  # fmt: skip
 
@@ -44,6 +45,12 @@ FOUND = [
 @pytest.mark.parametrize("spec", FOUND, ids=[s.id for s in FOUND])
 def test_found_examples(spec):
     check(spec)
+
+
+def backend_features(spec) -> bool:
+    """Whether the Spec uses what only the feature backends implement: a model feature, q_len > 1, an fp8 cache."""
+    return bool(spec.cache or spec.q_len > 1 or spec.softcap or spec.window_left is not None or spec.sinks
+                or spec.alibi)  # fmt: skip
 
 
 def check(spec):
@@ -55,37 +62,43 @@ def check(spec):
     out, lse = result if spec.return_lse else (result, None)
     if call.kwargs["out"] is not None:
         assert out is call.kwargs["out"]
-    out3 = out[:, 0] if out.dim() == 4 else out
     if lse is not None:
         # the LSE has q's shape without D: [B, 1, Hq] for a [B, 1, Hq, D] query
         assert lse.shape == out.shape[:-1]
-        lse = lse[:, 0] if lse.dim() == 3 else lse
 
-    ref_out, ref_lse = reference_dense(*plain.args, softmax_scale=spec.softmax_scale, **call.scales)
-    tol = output_tolerance(plain.args, ref_out, softmax_scale=spec.softmax_scale, **call.scales)
+    features = dict(call.features, softmax_scale=spec.softmax_scale)
+    ref_out, ref_lse = reference_dense(*plain.args, **features)
+    # [B, Hq, D] or [B, q_len, Hq, D], as the reference's q (a [B, 1, Hq, D] query's out holds the same rows)
+    out = out.reshape(ref_out.shape)
+    tol = output_tolerance(plain.args, ref_out, **features)
     if backend == "torch_sdpa":
         # a baseline, not a kernel of ours: on a GPU, SDPA picks its own fused algorithm (as in test_backends.py)
         tol *= 2
-    err = max_err(out3, ref_out)
+    err = max_err(out, ref_out)
     assert err <= tol, f"{spec.id}: max |out - ref| = {err:.3g} > tolerance {tol:.3g}"
 
-    empty = torch.tensor(spec.seqlens, dtype=torch.int64) == 0
-    assert torch.equal(out3[empty].cpu(), torch.zeros_like(out3[empty].cpu())), f"{spec.id}: empty sequence not 0"
+    # [B, q_len] the query rows that see no token: position L - q_len + i < 0 (a window keeps the row's own token)
+    lens = torch.tensor(spec.seqlens, dtype=torch.int64)[:, None]
+    blind = (lens - spec.q_len + torch.arange(spec.q_len)[None, :] < 0).reshape(ref_out.shape[:-2])
+    assert torch.equal(out[blind].cpu(), torch.zeros_like(out[blind].cpu())), f"{spec.id}: a blind row is not 0"
     if lse is not None:
-        assert lse.shape == ref_lse.shape and lse.dtype == torch.float32
+        lse = lse.reshape(ref_lse.shape)
+        assert lse.dtype == torch.float32
         if backend == "torch_naive":
             # its scores are rounded to the input dtype before the logsumexp (as in test_backends.py)
             finite = ref_lse[torch.isfinite(ref_lse)]
             scale = float(finite.abs().max()) if finite.numel() else 0.0
             lse_tol = 2 * torch.finfo(DTYPES[spec.dtype]).eps * (1.0 + scale)
-        elif spec.cache:
-            # torch_sdpa (the default bar's baseline) takes no fp8 cache: torch_naive on dequantised fp32 copies
-            lse_tol = fp8_lse_tolerance(plain.args, ref_lse, softmax_scale=spec.softmax_scale, **call.scales)
+        elif backend_features(spec):
+            # torch_sdpa (the default bar's baseline) takes no feature and no fp8 cache: torch_naive on fp32 copies
+            lse_tol = feature_lse_tolerance(plain.args, ref_lse, **features)
         else:
             lse_tol = lse_tolerance(plain, ref_lse, softmax_scale=spec.softmax_scale)
         err = lse_err(lse, ref_lse)
         assert err <= lse_tol, f"{spec.id}: max |lse - ref| = {err:.3g} > tolerance {lse_tol:.3g}"
-        assert torch.isneginf(lse[empty.to(lse.device)]).all()
+        if not spec.sinks:
+            # (with sinks a blind row's LSE is its sink, held to the reference above)
+            assert torch.isneginf(lse[blind.to(lse.device)]).all()
     if call.out_base is not None:
         assert torch.isnan(call.out_base[~call.out_mask]).all(), f"{spec.id}: wrote outside out"
 
