@@ -32,6 +32,8 @@ FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 # "plan": backend "auto" with a plan_decode(...) of the call's own tensors
 FUZZ_BACKENDS = ("triton", "triton_splitk", "auto", "plan", "torch_sdpa", "torch_naive")
 K_SCALE, V_SCALE = 0.05, 0.3
+# the model-feature fields of a Spec (None / False: off)
+FEATURES = ("softcap", "window_left", "sinks", "alibi")
 # lengths around the kernels' tile edges (BLOCK_N is 64 or 128: triton_common.launch_config)
 TILE_EDGES = (63, 64, 65, 127, 128, 129)
 # the longest drawn sequence: a few tiles, so that one example costs about a second in the Triton interpreter
@@ -86,7 +88,7 @@ class Spec:
             f"{self.backend}-B{len(self.seqlens)}-H{self.group * self.num_kv_heads}/{self.num_kv_heads}"
             f"-D{self.head_dim}-P{self.page_size}-{self.dtype}{'-' + self.cache if self.cache else ''}"
             f"{'-Vtoken' if self.v_layout else ''}{'-HND' if self.hnd else ''}-S{self.num_splits}"
-            + "".join(f"-{k}" for k in ("softcap", "window_left", "sinks", "alibi") if getattr(self, k) not in (None, False))
+            + "".join(f"-{k}" for k in FEATURES if getattr(self, k) not in (None, False))
             + (f"-q{self.q_len}" if self.q_len > 1 else "")
         )
 
