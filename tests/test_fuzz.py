@@ -88,7 +88,10 @@ def check(spec):
             # its scores are rounded to the input dtype before the logsumexp (as in test_backends.py)
             finite = ref_lse[torch.isfinite(ref_lse)]
             scale = float(finite.abs().max()) if finite.numel() else 0.0
-            lse_tol = 2 * torch.finfo(DTYPES[spec.dtype]).eps * (1.0 + scale)
+            # (in fp32 the products' own rounding dominates, ~sqrt(D) ulps: the GPU's fp32 matmul went up to 30% over
+            # 2 ulps on q_len > 1 calls, native fuzz on the H200, docs/benchmarks/h200-2026-11-24/sweeps/fuzz-3146344)
+            ulps = 2 + (spec.head_dim**0.5 if spec.dtype == "fp32" else 0)
+            lse_tol = ulps * torch.finfo(DTYPES[spec.dtype]).eps * (1.0 + scale)
         elif backend_features(spec):
             # torch_sdpa (the default bar's baseline) takes no feature and no fp8 cache: torch_naive on fp32 copies
             lse_tol = feature_lse_tolerance(plain.args, ref_lse, **features)

@@ -35,33 +35,40 @@ def output_tolerance(args, ref_out, **kwargs) -> float:
 
     baseline = decode_attention(*args, backend="torch_naive", **kwargs)
     ulp = torch.finfo(args[0].dtype).eps * float(ref_out.abs().max().clamp_min(1.0)) if ref_out.numel() else 0.0
-    return 2 * max_err(baseline, ref_out) + ulp + exp2_fold_term(args, kwargs.get("softmax_scale"))
+    fold = exp2_fold_term(args, kwargs.get("softmax_scale"), kwargs.get("softcap"), kwargs.get("alibi_slopes"))
+    return 2 * max_err(baseline, ref_out) + ulp + fold
 
 
-def exp2_fold_term(args, softmax_scale=None) -> float:
-    """Output error the kernels' exp2 costs beyond plain PyTorch's exp: eps32 * max|score| * max|v|.
+def exp2_fold_term(args, softmax_scale=None, softcap=None, alibi_slopes=None) -> float:
+    """Output error the kernels' exp2 costs beyond plain PyTorch's exp: eps32 * max|logit| * max|v|.
 
     The kernels multiply each fp32 score by scale * log2(e) (itself rounded to fp32) and take exp2: two more fp32
     roundings than exp(score), each moving a softmax weight by at most eps/2 * |score| relative, so the output moves
     by at most eps32 * max|score| * max|v|. Negligible for ordinary logits (|score| ~ 10: ~1e-6 at |v| ~ 1); it
     matters in fp32 with large logits and for the -1e5 / +1e3 logits of the contract tests (found by the fuzzer and
-    on the H200, docs/contracts.md). Valid tokens only, read like the reference does."""
+    on the H200, docs/contracts.md). Valid tokens only, read like the reference does. The logit is the score capped
+    at softcap and moved by an ALiBi bias of up to max|slope| * (L - 1) (the fuzzer found fp32 ALiBi rows over this
+    bar while it counted the score alone)."""
     from .reference import gather_sequence
 
     q, k_cache, v_cache, lens, table = args[:5]
-    q3 = q[:, -1] if q.dim() == 4 else q
+    q4 = q if q.dim() == 4 else q[:, None]
     if k_cache.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return 0.0  # fp8 caches: their tolerance comes from the dequantised reference
     scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
-    group = q3.shape[1] // k_cache.shape[2]
-    max_score = max_v = 0.0
+    group = q4.shape[2] // k_cache.shape[2]
+    max_score = max_v = max_bias = 0.0
+    slope = float(alibi_slopes.abs().max()) if alibi_slopes is not None and alibi_slopes.numel() else 0.0
     for b, n in enumerate(lens.tolist()):
         if n:
+            max_bias = max(max_bias, slope * (n - 1))
             k = gather_sequence(k_cache, table[b], n).double().repeat_interleave(group, dim=1)
-            scores = torch.einsum("hd,lhd->hl", q3[b].double(), k) * scale
+            scores = torch.einsum("thd,lhd->thl", q4[b].double(), k) * scale
             max_score = max(max_score, float(scores.abs().max()))
             max_v = max(max_v, float(gather_sequence(v_cache, table[b], n).double().abs().max()))
-    return torch.finfo(torch.float32).eps * max_score * max_v
+    if softcap is not None:
+        max_score = min(max_score, float(softcap))
+    return torch.finfo(torch.float32).eps * (max_score + max_bias) * max_v
 
 
 def check_output(out, ref_out, tolerance) -> tuple[bool, float]:
