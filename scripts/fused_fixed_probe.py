@@ -82,10 +82,12 @@ def main():
                 config = dict(BLOCK_N=block_n, num_stages=stages, **({"num_warps": warps[0]} if warps else {}))
                 tag = f"N{block_n}s{stages}" + (f"w{warps[0]}" if warps else "")
                 # merged as the plan would merge S splits
+                def merges(s):
+                    return [False, True] if args.tile_both else [merge_fixed_in_partial(len(lens), 1, hq, s, sms)]
+
                 variants += [
                     (f"{tag}{' fused' * fuse} S={s}", s, counters if fuse else None, config)
-                    for s in splits
-                    for fuse in ([False, True] if args.tile_both else [merge_fixed_in_partial(len(lens), 1, hq, s, sms)])
+                    for s in splits for fuse in merges(s)
                 ]  # fmt: skip
         for label, s, ctr, config in variants:
             cycle = itertools.cycle(rotated)

@@ -88,9 +88,14 @@ class Spec:
             f"{self.backend}-B{len(self.seqlens)}-H{self.group * self.num_kv_heads}/{self.num_kv_heads}"
             f"-D{self.head_dim}-P{self.page_size}-{self.dtype}{'-' + self.cache if self.cache else ''}"
             f"{'-Vtoken' if self.v_layout else ''}{'-HND' if self.hnd else ''}-S{self.num_splits}"
-            + "".join(f"-{k}" for k in FEATURES if getattr(self, k) not in (None, False))
+            + "".join(f"-{k}" for k in self.features)
             + (f"-q{self.q_len}" if self.q_len > 1 else "")
         )
+
+    @property
+    def features(self) -> list[str]:
+        """The model features this call uses (FEATURES that are not None / False)."""
+        return [k for k in FEATURES if getattr(self, k) not in (None, False)]
 
 
 # one strategy per independent field of Spec

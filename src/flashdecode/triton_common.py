@@ -511,8 +511,9 @@ def attend_range(
     V_T: 0, V's head dim is contiguous. Otherwise V's pages are token-major (``v_token_major``: stride_vt is 1,
     head-dim elements PAGE_SIZE apart), and V is loaded along its tokens, which lets an 8-bit V reach the tensor
     cores without one-byte shared loads (docs/features.md). 1: whole runs of RUN tokens (``RUN_C``: the largest
-    power of two dividing PAGE_SIZE, at most BLOCK_N), one vector each; `end` is a multiple of RUN (``attend_group``) and `start` may lie inside a run (the walk starts
-    at the run and masks the tokens before `start`, which exist). 2: token by token, for the last partial run of a
+    power of two dividing PAGE_SIZE, at most BLOCK_N), one vector each; `end` is a multiple of RUN
+    (``attend_group``) and `start` may lie inside a run (the walk starts at the run and masks the tokens before
+    `start`, which exist). 2: token by token, for the last partial run of a
     range, whose slots past the sequence may hold anything (a NaN there would turn P V into NaN).
     """
     mask_d = offs_d < HEAD_DIM
