@@ -9,6 +9,8 @@ device. Writes $OUT/vt.jsonl, prints a table.
     python scripts/vt_probe.py pair     # the plan with and without token-major V only, fp8 and bf16
     python scripts/vt_probe.py pages    # the same at page sizes 16, 32 and 64, on four rows
     python scripts/vt_probe.py wave     # e4m3 single pass at 2 or 3 programs per SM (FP8_LONG_PROGRAMS_PER_SM)
+    python scripts/vt_probe.py sat      # e4m3 token-major split-K (fixed and planned) planned for 2 or 3 a SM
+    python scripts/vt_probe.py uneven   # e4m3 uneven batches, both V layouts: the plan at 2 or 3 a SM, and `auto`
 """
 
 import dataclasses
@@ -20,7 +22,7 @@ import sys
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode import decode_attention, launcher, plan_decode, triton_common
+from flashdecode import decode_attention, launcher, plan_decode, triton_common, triton_splitk
 from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.cases import token_major_v as token_major
@@ -154,10 +156,99 @@ def wave():
     print("\n".join(table))
 
 
+def uneven(batch, seed):
+    """`batch` lengths drawn uniformly from 1024..8192 (mean ~4600): plan_decode leaves such a batch to the device's
+    planner."""
+    g = torch.Generator().manual_seed(seed)
+    return [int(n) for n in torch.randint(1024, 8193, (batch,), generator=g)]
+
+
+SAT_ROWS = [
+    Row([131072], 32, 8), Row([8192] * 8, 32, 8), Row([65536], 12, 2), Row([4096] * 16, 12, 2),
+    Row([2048] * 8, 28, 4), Row([131072], 12, 12), Row(uneven(16, 1), 32, 8), Row(uneven(34, 2), 32, 8),
+    Row(uneven(48, 3), 32, 8), Row(uneven(8, 4), 12, 2), Row([131072] + [1024] * 63, 32, 8),
+]  # fmt: skip
+
+
+def set_saturation(n):
+    """Plan the fp8 128-token tile's split-K grids for n programs per SM and cap them there (library: 2)."""
+    triton_splitk.PLANNER_SATURATION["fp8_long"] = n
+    triton_common.FP8_LONG_PROGRAMS_PER_SM = n
+    triton_splitk.planner_target.cache_clear()
+    triton_common._launch_config.cache_clear()
+
+
+def saturation():
+    """e4m3 with token-major V (164 registers: 3 programs of the 128-token tile fit an SM, 2 with head-dim-major V):
+    the plan's split-K grids (fixed splits of uniform rows, the device's planner for uneven ones) planned and capped
+    at 2 programs per SM (the library) or 3, pages 16 and 64. The lead of sweeps/token-major-v-cap section 4: uneven
+    batches of 2-3 programs per SM keep the planned path's 2-a-SM model."""
+    log = open(os.path.join(os.environ.get("OUT", "."), "vt-sat.jsonl"), "w")
+    l2 = _l2_bytes("cuda")
+    table = []
+    for row, page in itertools.product(SAT_ROWS, (16, 64)):
+        ref, kw, nhd, vt, _ = prepared(row.seqlens, row.num_q_heads, row.num_kv_heads, page, "e4m3", l2)
+        res, notes = {}, []
+        for n in (2, 3):
+            set_saturation(n)
+            c = vt[0]
+            p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+            notes.append(plan_note(p))
+            res[f"sat{n}"] = timed(vt, ref, f"{row.name()} P{page} sat{n}", **kw, plan=p)
+            res[f"auto{n}"] = timed(vt, ref, f"{row.name()} P{page} auto{n}", **kw)
+        set_saturation(2)
+        record = dict(row=row.name(), seqlens=row.seqlens, page=page, plans=notes,
+                      **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
+        line = f"{row.name()[:30]:<30} P{page:<3d} {'/'.join(notes):12s} "
+        line += "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
+        emit(log, table, record, line + f"   sat2 / sat3 {res['sat2'] / res['sat3']:.3f}x")
+    print()
+    print("\n".join(table))
+
+
+UNEVEN_ROWS = [
+    Row(uneven(4, 5), 32, 8), Row(uneven(8, 6), 32, 8), Row(uneven(16, 1), 32, 8), Row(uneven(24, 7), 32, 8),
+    Row(uneven(34, 2), 32, 8), Row(uneven(48, 3), 32, 8), Row(uneven(64, 8), 32, 8), Row(uneven(4, 9), 12, 2),
+    Row(uneven(8, 4), 12, 2), Row(uneven(32, 10), 12, 2), Row(uneven(8, 11), 28, 4), Row(uneven(24, 12), 28, 4),
+]  # fmt: skip
+
+
+def uneven_batches():
+    """e4m3 batches of lengths 1024..8192 (plan_decode leaves most to the device's planner), head-dim-major and
+    token-major V at page 16: the plan (the 128-token fp8 tile) planned and capped at 2 programs per SM (the library)
+    or 3, against `auto` (its planned calls take the 64-token FP8_SPLIT_TILE)."""
+    log = open(os.path.join(os.environ.get("OUT", "."), "vt-uneven.jsonl"), "w")
+    l2 = _l2_bytes("cuda")
+    table = []
+    for row in UNEVEN_ROWS:
+        ref, kw, nhd, vt, _ = prepared(row.seqlens, row.num_q_heads, row.num_kv_heads, 16, "e4m3", l2)
+        res, notes = {}, []
+        for layout, copies in (("hd", nhd), ("vt", vt)):
+            for n in (2, 3):
+                set_saturation(n)
+                c = copies[0]
+                p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+                notes.append(plan_note(p))
+                res[f"{layout}_plan{n}"] = timed(copies, ref, f"{row.name()} {layout} plan{n}", **kw, plan=p)
+            set_saturation(2)
+            res[f"{layout}_auto"] = timed(copies, ref, f"{row.name()} {layout} auto", **kw)
+        record = dict(row=row.name(), seqlens=row.seqlens, plans=notes[:2],
+                      **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
+        line = f"{row.name()[:26]:<26} {'/'.join(notes[:2]):12s} " + "  ".join(f"{k} {v:6.1f}" for k, v in res.items())
+        emit(log, table, record, line)
+    print()
+    print("\n".join(table))
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode == "wave":
         return wave()
+    if mode == "sat":
+        odd_lengths_check()
+        return saturation()
+    if mode == "uneven":
+        return uneven_batches()
     variants, kvs = dict(stages=(STAGE_VARIANTS, ("e4m3",)), cap=(CAP_VARIANTS, ("e4m3",)),
                          pair=(PAIR_VARIANTS, ("e4m3", "bf16"))).get(mode, (VARIANTS, ("e4m3", "bf16")))
     odd_lengths_check()

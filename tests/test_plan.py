@@ -83,14 +83,17 @@ def small_gpu(monkeypatch):
 
 def _forced(c, plan):
     """(out, lse) of the plan's path run without the plan: its backend and num_splits, and for fixed splits merged in
-    the last split program, decode_splitk with counters of its own."""
-    if plan.counters is None:
+    the last split program or with a host table, decode_splitk with the table and counters of its own."""
+    if plan.counters is None and plan.table is None:
         forced = dict(num_splits=None) if plan.num_splits is None else dict(num_splits=plan.num_splits)
         return decode_attention(*c.args, backend=plan.backend, out=_nan_out(c), return_lse=True, **forced)
     out, lse = _nan_out(c), torch.full(c.q.shape[:-1], float("nan"), device=c.q.device)
-    counters = torch.zeros_like(plan.counters)
+    counters = torch.zeros_like(plan.counters) if plan.counters is not None else None
     scale = c.q.shape[-1] ** -0.5
-    return decode_splitk(*c.args, scale, out, lse, num_splits=plan.num_splits, num_sms=SMS, counters=counters)
+    return decode_splitk(
+        *c.args, scale, out, lse, num_splits=plan.num_splits, num_sms=SMS, counters=counters,
+        table=None if plan.table is None else plan.table.clone(),
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -161,10 +161,10 @@ def decode_attention(
         out = torch.empty_like(q, memory_format=torch.contiguous_format)  # (faster than torch.empty(shape, ...))
     lse = torch.empty(q_shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
     # the features' tensors are inputs like q (new addresses each call), their other fields part of the launch key;
-    # a plan's merge counters are an input too: the replay finds them by address (the key holds the plan)
+    # a plan's merge counters and host table are inputs too: the replay finds them by address (the key holds the plan)
     feature_fields, feature_tensors = features.launch_key_parts
-    counters = plan.counters if plan is not None else None
-    inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse) + feature_tensors + (counters,)
+    counters, table = (plan.counters, plan.table) if plan is not None else (None, None)
+    inputs = (q, k_cache, v_cache, cache_seqlens, block_table, out, lse) + feature_tensors + (counters, table)
     # every address read once, for the overlap check and the cached launcher's key (None: a tensor subclass)
     ptrs = launcher.addresses(inputs)
     if out_given:
@@ -195,6 +195,8 @@ def decode_attention(
                 plan_kwargs["counters"] = counters
             if plan.long_tile:
                 plan_kwargs["long_tile"] = True
+            if table is not None:
+                plan_kwargs["table"] = table
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -298,7 +300,7 @@ def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse
 
 def _run_triton_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits, counters=None,
-    long_tile=False,
+    long_tile=False, table=None,
 ):  # fmt: skip
     splitk = _kernels()[2]
     split_tokens = None
@@ -307,12 +309,12 @@ def _run_triton_splitk(
         num_splits, split_tokens = None, splitk.DETERMINISTIC_SPLIT_TOKENS
     elif dual_path:
         num_splits = None
-    elif num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH:
+    elif num_splits is None and q.shape[0] > splitk.MAX_PLANNED_BATCH and table is None:
         num_splits = 1
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
         num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
-        dual_path=dual_path, counters=counters, long_tile=long_tile,
+        dual_path=dual_path, counters=counters, long_tile=long_tile, table=table,
     )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import random
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -116,6 +117,20 @@ def _anchor():
     return rows
 
 
+def _uneven(batch, hq, hkv, seed, low=1024, high=8192, **kw):
+    # a serving step's mix: lengths drawn uniformly from [low, high], seeded so every run and every peer gets the
+    # same batch
+    g = random.Random(seed)
+    return Row([g.randint(low, high) for _ in range(batch)], hq, hkv, **kw)
+
+
+def _long_tail(short, long, hq, hkv, seed):
+    # many short sequences and a few long ones (lengths 256..2048 and 16384..32768)
+    g = random.Random(seed)
+    lens = [g.randint(256, 2048) for _ in range(short)] + [g.randint(16384, 32768) for _ in range(long)]
+    return Row(lens, hq, hkv, label=f"long tail {short}x256..2048+{long}x16k..32k {hq}/{hkv}")
+
+
 def _constant_tokens(hq, hkv):
     pairs = [(256, 256), (128, 512), (64, 1024), (32, 2048), (16, 4096), (8, 8192), (4, 16384), (2, 32768),
              (1, 65536), (1, 131072)]  # fmt: skip
@@ -133,6 +148,13 @@ PRESETS = {
         Row([131072] + [1024] * 63, 32, 8, label="ragged 1x131072+63x1024 32/8"),
         _uniform(64, 3064, 32, 8, label="uniform 64x3064 32/8 (same bytes)"),
     ],
+    # uneven batches, as a serving step has them (plan_decode leaves most to the device's planner)
+    "uneven": lambda: [
+        _uneven(b, hq, hkv, seed) for seed, (b, hq, hkv) in enumerate(
+            ((8, 32, 8), (16, 32, 8), (34, 32, 8), (64, 32, 8), (128, 32, 8), (8, 12, 2), (32, 12, 2), (8, 28, 4),
+             (24, 28, 4))
+        )
+    ] + [_long_tail(60, 4, 32, 8, 100)],  # fmt: skip
     "dims": lambda: [_uniform(64, 4096, 32, 8, head_dim=d) for d in (64, 128, 256)],
     # model features: fp8 cache vs bf16 (same shapes; PERF.md's fp8 rows are 64 x 4096 and 1 x 131072 at 32/8), and
     # with 64-token pages, bf16 against an e4m3 cache whose V pages are token-major (the fastest fp8 layout:

@@ -21,7 +21,11 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
   counters, and the last split program of each sequence and head merges the splits (no combine launch). An fp8
   cache's splits take the single pass's 128-token tile (``FP8_LONG_MIN_TOKENS``), and long MHA rows' fixed splits
   a deeper MHA tile (``MHA_LONG_MIN_TOKENS``): ``DecodePlan.long_tile``;
-* anything else (uneven batches, the tail split): ``auto``'s own device-planned call.
+* an uneven batch without a window (HOST_TABLE): the split-K kernels with a cut made here (``host_cut``): each
+  sequence in chunks of equal length, the chunk length chosen for the fewest estimated µs, chunks dispatched longest
+  first; the table rides in the plan (no planner launch), and with few chunks a sequence the last chunk program merges
+  (plan-owned counters);
+* anything else (the tail split, windows): ``auto``'s own device-planned call.
 
 Every choice is correct for any lengths (the single pass and fixed splits read the lengths on the device too), so
 a plan used after the lengths changed, or replayed in a CUDA graph captured with it, still gives the right output,
@@ -69,6 +73,10 @@ FP8_LONG_MIN_TOKENS = 0
 # None: never
 MHA_LONG_MIN_TOKENS = 4096
 MHA_LONG_MIN_FILL = 0.9
+# an uneven batch (no window) is cut on the host (triton_splitk.host_cut: equal chunks a sequence, any multiple of a
+# tile, dispatched longest first) and its table uploaded with the plan, instead of the device planner's cut (powers
+# of two, sequence order) or, where the shapes pick the single pass, a single pass in sequence order. False: off
+HOST_TABLE = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -86,6 +94,8 @@ class DecodePlan:
         long_tile: the split-K calls take the long-chunk tile of their tile class
             (``triton_splitk.decode_splitk(long_tile=True)``): an fp8 cache's 128-token tile (``FP8_LONG_MIN_TOKENS``)
             or, for long MHA rows' fixed splits, the 3-stage MHA tile (``MHA_LONG_MIN_TOKENS``).
+        table: None, or the host-made cut of an uneven batch (HOST_TABLE): int32 [4, chunks + B] on the call's
+            device (``triton_splitk.host_table``'s layout), for planned-mode calls of triton_splitk.
     """
 
     backend: str
@@ -95,10 +105,16 @@ class DecodePlan:
     shapes: tuple
     counters: torch.Tensor | None = None
     long_tile: bool = False
+    table: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.long_tile and self.backend != "triton_splitk":
             raise ValueError(f"DecodePlan: long_tile is for triton_splitk calls (got {self.backend!r})")
+        if self.table is not None and (self.backend, self.num_splits, self.dual_path) != ("triton_splitk", None, False):
+            raise ValueError(
+                "DecodePlan: a table is for planned triton_splitk calls (num_splits None, no dual path), got "
+                f"{self.backend!r}, num_splits {self.num_splits}, dual_path {self.dual_path}"
+            )
         ok = self.num_splits is None or (type(self.num_splits) is int and self.num_splits >= 1)
         if not ok or (self.dual_path and (self.backend, self.num_splits) != ("triton_splitk", None)):
             raise ValueError(
@@ -110,10 +126,12 @@ class DecodePlan:
             rows = shapes["batch"] * shapes["q_len"] * shapes["num_q_heads"]
             fits = isinstance(self.counters, torch.Tensor) and self.counters.dtype == torch.int32
             fits = fits and self.counters.numel() >= rows and self.counters.device == shapes["device"]
-            if not fits or self.backend != "triton_splitk" or not (self.num_splits or 0) > 1:
+            merged = (self.num_splits or 0) > 1 or self.table is not None
+            if not fits or self.backend != "triton_splitk" or not merged:
                 raise ValueError(
                     "DecodePlan: counters must be an int32 tensor of at least B * q_len * Hq elements on the call's "
-                    f"device, for fixed splits of triton_splitk (got {self.backend!r}, num_splits {self.num_splits})"
+                    f"device, for fixed splits or a table of triton_splitk (got {self.backend!r}, num_splits "
+                    f"{self.num_splits})"
                 )
 
     def check(self, shapes: tuple) -> None:
@@ -179,7 +197,9 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     q_in = q[:, 0] if q.dim() == 4 and q.shape[1] == 1 else q
     shapes = call_shapes(q_in, k_view, block_table, window)
     name, splits = api._choose_backend("auto", None, q_in, k_view, block_table, features)
-    if name != "triton_splitk":
+    # the single pass by the shapes alone: unless the lengths are uneven, which a host table balances
+    table_ok = HOST_TABLE and window is None
+    if name != "triton_splitk" and not (name == "triton" and table_ok):
         return DecodePlan(name, splits, False, "the shapes alone pick it", shapes)
     if q_in.shape[0] == 0:
         return DecodePlan("triton", 1, False, "an empty batch launches nothing", shapes)
@@ -191,6 +211,8 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     q_len, num_q_heads, head_dim = features.q_len, q_in.shape[-2], q_in.shape[-1]
     group, sms, kv_itemsize = num_q_heads // num_kv_heads, api._num_sms(q.device), k_view.element_size()
     max_tokens = block_table.shape[1] * page_size
+    if name == "triton" and common.even_lengths(visible, None, q_len):
+        return DecodePlan(name, splits, False, "the shapes alone pick it", shapes)
     if splits is api.DUAL_PATH:
         # the device's test, on the host: the single pass takes an even batch (of short sequences under the tail gate)
         tail = splitk.single_pass_tail(
@@ -222,7 +244,9 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     counts = [-(-n // chunk) for n in visible]
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones
-    if len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len):
+    if name == "triton" or (len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len)):
+        if table_ok:
+            return _table_plan(splitk, cfg, saturation, long, visible, q_in, num_kv_heads, q_len, sms, shapes)
         return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes, long_tile=long)
     # ...in at most as many fixed splits, fewer where its chunks are short (FIXED_MIN_SPLIT_TILES)
     head_blocks = -(-q_len * group // cfg["BLOCK_H"])
@@ -239,6 +263,23 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         return DecodePlan(name, k, False, reason + ", merged in the last split program", shapes, counters, long)
     return DecodePlan(name, k, False, reason, shapes, long_tile=long)
+
+
+def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, q_len, num_sms, shapes) -> DecodePlan:
+    """An uneven batch's plan with a host table (HOST_TABLE): ``host_cut``'s chunks for the call's tile, and
+    counters for the merge in the last chunk program where (sequence, row) pairs fill the SMs and no sequence has
+    more than FUSED_EXPECTED_CHUNKS chunks (the planned call's rule, with the counts known)."""
+    batch, num_q_heads = q.shape[0], q.shape[-2]
+    head_blocks = -(-q_len * (num_q_heads // num_kv_heads) // cfg["BLOCK_H"])
+    counts = splitk.host_cut(visible, num_kv_heads * head_blocks, num_sms, saturation, cfg["BLOCK_N"])
+    table = torch.tensor(splitk.host_table(visible, counts, cfg["BLOCK_N"]), dtype=torch.int32).to(q.device)
+    reason = f"uneven lengths: cut on the host, {len(visible)} sequences in {sum(counts)} chunks, longest first"
+    counters = None
+    merge = splitk.FUSED_COMBINE and 1 < max(counts) <= splitk.FUSED_EXPECTED_CHUNKS
+    if merge and batch * q_len * num_q_heads >= num_sms:
+        counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
+        reason += ", merged in the last chunk program"
+    return DecodePlan("triton_splitk", None, False, reason, shapes, counters, long, table)
 
 
 def _mha_long(chunk: int, programs: int, wave: int) -> bool:

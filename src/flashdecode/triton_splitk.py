@@ -87,7 +87,7 @@ from .triton_single import as_rows, decode_single
 
 __all__ = [
     "decode_splitk", "split_config", "grid_chunks", "fixed_split_count", "num_candidates", "split_bounds", "chunk_size",
-    "chunk_plan", "splitk_partials_mirror",
+    "chunk_plan", "host_cut", "host_table", "splitk_partials_mirror",
 ]  # fmt: skip
 
 # planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth (the
@@ -439,6 +439,11 @@ def locate_chunk(
         seq = tl.load(PLAN + chunk_id)
         start, end, single = planned_chunk(PLAN, chunk_id, tl.minimum(seq, batch - 1), batch, max_chunks)
         seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
+        # a host table (``host_table``) ends each sequence's last chunk past any length, so the call's lengths end
+        # it, and a table made for other lengths stays right (a chunk past the end is empty); the planner's cut
+        # already lies within them
+        end = tl.minimum(end, seqlen)
+        start = tl.minimum(start, end)
     return seq, seqlen, start, end, single
 
 
@@ -491,7 +496,7 @@ def merge_if_last(
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
-    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0,
+    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False,
 ):  # fmt: skip
     """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
     program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
@@ -501,7 +506,8 @@ def merge_if_last(
     block), which the planner zeroed (planned mode) or the previous call's merger reset (fixed mode); the program that
     finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
     chunks per step, or all at once for at most MERGE_UNROLL_ALL fixed splits (the result does not depend on the
-    arrival order)."""
+    arrival order). RESET (a host table's counters, which no planner zeroes): the merger resets its counter, as in
+    fixed mode."""
     if NUM_SPLITS > 0:
         # fixed mode: chunk ids are sequence-major
         first = seq * NUM_SPLITS
@@ -542,8 +548,9 @@ def merge_if_last(
                 OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
                 GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
             )  # fmt: skip
-            if NUM_SPLITS > 0:
-                # fixed mode has no planner to zero the counters: every arrival is in, so reset it for the next call
+            if NUM_SPLITS > 0 or RESET:
+                # fixed mode and host tables have no planner to zero the counters: every arrival is in, so reset it
+                # for the next call
                 tl.store(COUNTERS + slot, 0)
 
 
@@ -623,6 +630,7 @@ def _partial_kernel(
     OFFS_I32: tl.constexpr = False,
     V_T: tl.constexpr = False,
     LAST: tl.constexpr = False,
+    HOST_TABLE: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -641,6 +649,9 @@ def _partial_kernel(
         chunk_id = tl.program_id(0)
         head_id = tl.program_id(1)
         num_head_ids = tl.num_programs(1)
+    if HOST_TABLE:
+        # a host table's dispatch order (row 3: longest chunks first): grid position -> chunk slot
+        chunk_id = tl.load(PLAN + 3 * (max_chunks + batch) + chunk_id)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode or in place: the call's first kernel
@@ -684,6 +695,7 @@ def _partial_kernel(
             batch, max_chunks,
             stride_ob, stride_ot, stride_oh, num_q_heads,
             GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL, NUM_SPLITS,
+            HOST_TABLE,
         )  # fmt: skip
 
 
@@ -883,6 +895,59 @@ def chunk_plan(
     # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf)
     starts = [range(f, n, chunk) if n > f else [f] for n, f in zip(seqlens, firsts)]
     return [(b, s, min(s + chunk, n)) for b, (n, ss) in enumerate(zip(seqlens, starts)) for s in ss]
+
+
+# a host table's candidate chunk lengths, in tiles: ceil(HOST_CHUNK_RATIO^i) up to the longest sequence, finer than
+# the planner's powers of two
+HOST_CHUNK_RATIO = 1.25
+# a host table ends each sequence's last chunk here, past any length (locate_chunk clamps it to the call's length)
+OPEN_END = 2**31 - 1
+
+
+def host_cut(visible, programs_per_chunk: int, num_sms: int, saturation: int, block_n: int) -> list[int]:
+    """``host_table``'s chunks a sequence for these visible lengths: each sequence of t tiles in n = ceil(t / T)
+    chunks of equal tiles (+-1), for the candidate T (HOST_CHUNK_RATIO steps) of least cost in the planner's model
+    (``_chunk_layout``, with WAVE_SATURATION), its longest chunk being the longest of the equal ones. Ties go to the
+    longer chunk."""
+    tiles = [cdiv(n, block_n) for n in visible]
+    t_max, total = max(max(tiles), 1), sum(visible)
+    steps = 2 + int(math.log(t_max, HOST_CHUNK_RATIO))
+    cands = sorted({min(t_max, math.ceil(HOST_CHUNK_RATIO**i)) for i in range(steps)})
+    wave_sat, best = wave_saturation(saturation), None
+    for cand in reversed(cands):
+        counts = [max(1, cdiv(t, cand)) for t in tiles]
+        per_sm = cdiv(sum(counts) * programs_per_chunk, num_sms)
+        mean = cdiv(total, sum(counts)) + CHUNK_OVERHEAD_TOKENS
+        longest = max(cdiv(n, c) for n, c in zip(visible, counts)) + CHUNK_OVERHEAD_TOKENS
+        if wave_sat:
+            full, rem = divmod(per_sm, saturation)
+            waves = full * saturation + (max(rem, wave_sat) if rem else 0)
+            cost = max(waves * mean, wave_sat * longest)
+        else:
+            cost = max(per_sm * mean, saturation * longest)
+        if best is None or cost < best[0]:
+            best = (cost, counts)
+    return best[1]
+
+
+def host_table(visible, counts, block_n: int) -> list[list[int]]:
+    """The planned mode's table [4, chunks + B] (``_plan_kernel``'s layout) of a cut made on the host: sequence b's
+    counts[b] chunks split its tiles evenly (sizes differ by at most a tile), its last chunk ending at OPEN_END; row 3
+    holds the dispatch order, longest chunks first (the partial kernel's HOST_TABLE), so that the grid's last
+    programs are its shortest."""
+    seqs, starts, ends, sizes, firsts = [], [], [], [], []
+    for b, (n, count) in enumerate(zip(visible, counts)):
+        tiles = cdiv(n, block_n)
+        firsts.append(len(seqs))
+        for s in range(count):
+            lo, hi = s * tiles // count * block_n, (s + 1) * tiles // count * block_n
+            seqs.append(b)
+            starts.append(lo)
+            ends.append(OPEN_END if s == count - 1 else hi)
+            sizes.append(min(hi, n) - lo)
+    order = sorted(range(len(seqs)), key=lambda i: -sizes[i])
+    pad = [0] * len(visible)
+    return [seqs + firsts, starts + list(counts), ends + pad, order + pad]
 
 
 def planner_shape(block_b: int) -> tuple[int, int]:
@@ -1098,7 +1163,7 @@ def launch_combine(
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
     config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, counters=None,
-    long_tile=False,
+    long_tile=False, table=None,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -1122,6 +1187,11 @@ def decode_splitk(
             cache's ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of ``FP8_SPLIT_TILE``, the MHA tile's
             ``MHA_LONG_TILE`` (3 stages); ``plan_decode`` asks for it, from the lengths. Any lengths give the right
             output either way.
+        table: planned mode with a cut made on the host (``plan_decode``: ``host_cut`` / ``host_table``), an int32
+            [4, chunks + B] tensor on q's device, instead of the planner launch; no window. With counters (zeroed,
+            at least B * Hkv * head blocks, at most FUSED_MAX_CHUNKS chunks a sequence in the table) the last
+            chunk program of each (sequence, KV head, head block) merges and resets its counter, else a combine
+            launch merges.
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -1130,7 +1200,9 @@ def decode_splitk(
     features = features or Features()
     assert features.q_len == q_len, f"features.q_len {features.q_len} != q's q_len {q_len}"
     assert num_splits is None or num_splits >= 1, f"num_splits must be None or >= 1, got {num_splits}"
-    assert num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
+    host = table is not None
+    assert not host or (num_splits is None and not dual_path and not split_tokens), "a host table is planned mode"
+    assert host or num_splits is not None or batch <= MAX_PLANNED_BATCH, f"planned mode takes B <= {MAX_PLANNED_BATCH}"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, (q_len,) Hq]"
     assert not dual_path or (num_splits is None and not split_tokens), "dual-path calls are planned"
     # the evenness test's lengths tile in every kernel of a dual-path call (0: not one)
@@ -1146,8 +1218,12 @@ def decode_splitk(
             batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
         )  # fmt: skip
     tail_first, long_mean = tail or (0, 0)
-    fused = num_splits is None and not split_tokens
-    fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
+    if host:
+        # the plan decided, from the table: its counters
+        fused = counters is not None
+    else:
+        fused = num_splits is None and not split_tokens
+        fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
     cfg, saturation, tile = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile
     )  # fmt: skip
@@ -1156,7 +1232,9 @@ def decode_splitk(
     if split_tokens:
         assert num_splits is None and split_tokens % cfg["BLOCK_N"] == 0, f"split_tokens {split_tokens} vs {cfg}"
         num_splits = max(1, cdiv(max_tokens, split_tokens))
-    if num_splits is None:
+    if host:
+        chunks, fixed = table.shape[1] - batch, 0
+    elif num_splits is None:
         # the tail gate's planned path takes long batches of more than a wave: more slots, a finer cut
         chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, TAIL_EXTRA_PROGRAMS_PER_SM if long_mean else None), 0
     else:
@@ -1173,16 +1251,16 @@ def decode_splitk(
     pdl, chain = use_pdl(q.device), chain_pdl(q.device) and not dual_path
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
-    combine = not fused or cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS
+    combine = not fused or (not host and cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS)
     fused_fixed = bool(fixed) and counters is not None and 1 < fixed <= FUSED_MAX_CHUNKS and not split_tokens
-    if fused_fixed:
+    if fused_fixed or (host and fused):
         assert counters.dtype == torch.int32 and counters.numel() >= batch * num_kv_heads * head_blocks, "counters"
         combine = False
     else:
         counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
-    if INLINE_PLAN_MAX_BATCH and not fixed and not fused and batch <= INLINE_PLAN_MAX_BATCH:
+    if INLINE_PLAN_MAX_BATCH and not fixed and not fused and not host and batch <= INLINE_PLAN_MAX_BATCH:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
@@ -1190,7 +1268,10 @@ def decode_splitk(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
             num_sms=num_sms, even_only=True, long_mean=long_mean, tail_first=tail_first,
         )  # fmt: skip
-    if fixed or inline:
+    if host:
+        assert table.dtype == torch.int32 and table.device == q.device and table.shape[0] == 4, "host table"
+        plan = table
+    elif fixed or inline:
         # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
         plan = workspace((1,), torch.int32, q.device)
     else:
@@ -1218,9 +1299,10 @@ def decode_splitk(
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
-        **fargs, **cfg, **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline)) else {}),
+        **fargs, **cfg,
+        **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
-        V_T=v_token_major(v_cache), LAST=not combine,
+        V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,

@@ -201,6 +201,7 @@ def _tma_partial_kernel(
     BLOCK_D: tl.constexpr,
     DOT_F32: tl.constexpr,
     WRITE_LSE: tl.constexpr,
+    WARP_SPEC: tl.constexpr = False,
 ):
     BLOCK_N: tl.constexpr = PAGES_PER_TILE * PAGE_SIZE
     chunk_id = tl.program_id(0)
@@ -232,7 +233,9 @@ def _tma_partial_kernel(
     # iteration and Triton's pipeliner can run them num_stages - 1 tiles ahead (an in-iteration table load costs
     # the pipeline a stage: the K/V buffers drop to one)
     pages = _tile_pages(block_row, stride_btp, first_page, end, num_pages, PAGES_PER_TILE, PAGE_SIZE)
-    for i in tl.range(0, num_full):
+    # WARP_SPEC: Triton's automatic warp specialization of the loop (a producer warp group issuing the TMA loads);
+    # probed on the H200 (scripts/ws_probe.py), off by default
+    for i in tl.range(0, num_full, warp_specialize=WARP_SPEC):
         page_index = first_page + i * PAGES_PER_TILE
         next_pages = _tile_pages(
             block_row, stride_btp, page_index + PAGES_PER_TILE, end, num_pages, PAGES_PER_TILE, PAGE_SIZE
