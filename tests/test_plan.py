@@ -360,3 +360,31 @@ def test_plan_errors_name_the_argument(device):
     for bad in (dict(counters=counters.long()), dict(counters=counters[:3]), dict(num_splits=1, counters=counters)):
         with pytest.raises(ValueError, match="counters must be an int32 tensor of at least B"):
             dataclasses.replace(plan, backend="triton_splitk", **dict(dict(num_splits=2), **bad))
+
+
+def test_host_table_for_uneven_batches(device, small_gpu):
+    """An uneven batch's plan carries a host-made cut: every chunk slot once in its dispatch order (longest first),
+    each sequence's chunks covering its tiles; a plan made for other lengths (longer, shorter, empty) still gives
+    the reference, and its merge counters are zero after every call."""
+    lens = [300, 17, 0, 120, 45, 260]
+    c = _case(lens, device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.table is not None and plan.num_splits is None, plan.reason
+    seqs, starts, ends, order = plan.table.cpu().tolist()
+    chunks = len(seqs) - len(lens)
+    assert sorted(order[:chunks]) == list(range(chunks))
+    sizes = [min(ends[i], lens[seqs[i]]) - starts[i] for i in order[:chunks]]
+    assert sizes == sorted(sizes, reverse=True)
+    for b, n in enumerate(lens):
+        first, count = seqs[chunks + b], starts[chunks + b]
+        assert seqs[first : first + count] == [b] * count and starts[first] == 0
+        assert ends[first + count - 1] == triton_splitk.OPEN_END
+    _run_checked(c, plan)
+    # the plan of other lengths: each sequence longer, shorter or empty than the call's
+    other = torch.tensor([90, 250, 30, 0, 300, 16], dtype=torch.int32, device=c.q.device)
+    stale = plan_decode(c.q, c.k_cache, other, c.block_table)
+    assert stale.table is not None, stale.reason
+    for _ in range(2):
+        _run_checked(c, stale)
+        if stale.counters is not None:
+            assert not stale.counters.any()
