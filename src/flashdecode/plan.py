@@ -242,14 +242,14 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     long = long_cut is not None and long_cut[2] == "fp8_long" and long_cut[1] >= FP8_LONG_MIN_TOKENS
     cfg, chunk, tile, saturation = long_cut if long else cut(False)
     counts = [-(-n // chunk) for n in visible]
+    head_blocks = -(-q_len * group // cfg["BLOCK_H"])
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones
     if name == "triton" or (len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len)):
         if table_ok:
-            return _table_plan(splitk, cfg, saturation, long, visible, q_in, num_kv_heads, q_len, sms, shapes)
+            return _table_plan(splitk, cfg, saturation, long, visible, q_in, num_kv_heads, head_blocks, sms, shapes)
         return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes, long_tile=long)
     # ...in at most as many fixed splits, fewer where its chunks are short (FIXED_MIN_SPLIT_TILES)
-    head_blocks = -(-q_len * group // cfg["BLOCK_H"])
     k = splitk.fixed_split_count(max(counts), chunk, cfg, batch * num_kv_heads * head_blocks, sms)
     if k <= 1:
         return DecodePlan("triton", 1, False, "one chunk a sequence: the single pass", shapes)
@@ -265,12 +265,12 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     return DecodePlan(name, k, False, reason, shapes, long_tile=long)
 
 
-def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, q_len, num_sms, shapes) -> DecodePlan:
+def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, head_blocks, num_sms, shapes) -> DecodePlan:
     """An uneven batch's plan with a host table (HOST_TABLE): ``host_cut``'s chunks for the call's tile, and
     counters for the merge in the last chunk program where (sequence, row) pairs fill the SMs and no sequence has
     more than FUSED_EXPECTED_CHUNKS chunks (the planned call's rule, with the counts known)."""
     batch, num_q_heads = q.shape[0], q.shape[-2]
-    head_blocks = -(-q_len * (num_q_heads // num_kv_heads) // cfg["BLOCK_H"])
+    q_len = q.shape[1] if q.dim() == 4 else 1
     counts = splitk.host_cut(visible, num_kv_heads * head_blocks, num_sms, saturation, cfg["BLOCK_N"])
     table = torch.tensor(splitk.host_table(visible, counts, cfg["BLOCK_N"]), dtype=torch.int32).to(q.device)
     reason = f"uneven lengths: cut on the host, {len(visible)} sequences in {sum(counts)} chunks, longest first"
