@@ -5,11 +5,15 @@ prints a table last.
 
     python scripts/table_probe.py              # the library's HOST_CHUNK_RATIO
     python scripts/table_probe.py 1.25 1.5     # the host cut with each of these candidate ratios
-    python scripts/table_probe.py force "" T=32,F=99 F=12 [--all]   # variants of the cut (force's docstring) on
-                                               # the 8-sequence, 12/2 and 28/4 uneven rows (--all: every row)
+    python scripts/table_probe.py force "" T=32,F=99 F=12 [--all] [--e4m3]   # variants of the cut (force's
+        # docstring) on the 8-sequence, 12/2 and 28/4 uneven rows (--all: every row; --e4m3: fp8 caches)
 """
 
+import dataclasses
+import heapq
+import itertools
 import json
+import math
 import os
 import sys
 
@@ -17,24 +21,76 @@ from flashdecode import launcher, plan, triton_splitk
 from flashdecode.bench import PRESETS, add_metrics, measure_read_bandwidth, run_rows
 
 
-def force(specs, all_rows):
+def simulate(sizes, num_sms, resident, cap, overhead):
+    """Makespan (tokens at one SM's full rate) of programs of these lengths dispatched in order: the first `resident`
+    per SM round robin, then each to the SM where one ends; an SM's programs share its rate, each at most 1 / cap."""
+    queue, sms, heap, end = iter(sizes), [[0.0, []] for _ in range(num_sms)], [], 0.0
+    for _ in range(resident):
+        for sm in sms:
+            sm[1] += [n + overhead for n in itertools.islice(queue, 1)]
+    for j, sm in enumerate(sms):
+        if sm[1]:
+            heapq.heappush(heap, (min(sm[1]) * max(len(sm[1]), cap), j))
+    while heap:
+        t, j = heapq.heappop(heap)
+        sm = sms[j]
+        done = (t - sm[0]) / max(len(sm[1]), cap)
+        sm[0], sm[1] = t, [n - done for n in sm[1] if n - done > 1e-6]
+        sm[1] += [n + overhead for n in itertools.islice(queue, resident - len(sm[1]))]
+        end = max(end, t)
+        if sm[1]:
+            heapq.heappush(heap, (t + min(sm[1]) * max(len(sm[1]), cap), j))
+    return end
+
+
+def sim_cut(cap, overhead):
+    """host_cut with its candidates priced by `simulate` (programs in the table's order, heads inner)."""
+
+    def cut(visible, programs_per_chunk, num_sms, saturation, block_n):
+        t_max = max(max(triton_splitk.cdiv(n, block_n) for n in visible), 1)
+        cands = {math.ceil(triton_splitk.HOST_CHUNK_RATIO**i) for i in range(2 + int(math.log(t_max, 1.25)))}
+        best = None
+        for cand in sorted({min(t_max, c) for c in cands | {1 << i for i in range(t_max.bit_length() + 1)}}):
+            counts = [max(1, triton_splitk.cdiv(n, cand * block_n)) for n in visible]
+            table = triton_splitk.host_table(visible, counts, block_n)
+            chunks = len(table[0]) - len(visible)
+            sizes = [min(e, visible[b]) - s for b, s, e in zip(table[0][:chunks], table[1], table[2])]
+            order = [sizes[i] for i in table[3][:chunks] for _ in range(programs_per_chunk)]
+            cost = simulate(order, num_sms, saturation, cap, overhead)
+            if best is None or cost < best[0]:
+                best = (cost, counts)
+        return best[1]
+
+    return cut
+
+
+def force(specs, all_rows, kv_dtype=""):
     """Variants of the host cut, each a spec of comma-separated settings: T=<tiles> forces chunks of that many split
-    tiles on every sequence (else host_cut's own choice), F=<n> the most chunks a sequence merged in the last chunk
-    program (FUSED_EXPECTED_CHUNKS), G=<gain> HOST_FINER_GAIN, R=<ratio> HOST_CHUNK_RATIO."""
+    tiles on every sequence (else host_cut's own choice), S=<cap>/<overhead> the cut whose candidate simulates
+    fastest (sim_cut), O=seq the chunks in sequence order (not longest first), F=<n> the most chunks a sequence merged in the last chunk
+    program (HOST_FUSED_MAX_CHUNKS), G=<gain> HOST_FINER_GAIN, R=<ratio> HOST_CHUNK_RATIO."""
     rows = PRESETS["uneven"]() + PRESETS["ragged"]()
     if not all_rows:
         rows = [r for r in rows[:-2] if r.num_q_heads in (12, 28) or len(r.seqlens) == 8]
-    names = ("host_cut", "FUSED_EXPECTED_CHUNKS", "HOST_FINER_GAIN", "HOST_CHUNK_RATIO")
+    rows = [dataclasses.replace(r, kv_dtype=kv_dtype) for r in rows]
+    names = ("host_cut", "host_table", "HOST_FUSED_MAX_CHUNKS", "HOST_FINER_GAIN", "HOST_CHUNK_RATIO")
     library = {n: getattr(triton_splitk, n) for n in names}
     results = []
     for spec in specs:
         kv = dict(item.split("=") for item in spec.split(",") if item)
         for n in names:
             setattr(triton_splitk, n, library[n])
+        if "S" in kv:  # S=<cap>/<overhead tokens>: the simulated cut
+            cap, overhead = (float(x) for x in kv["S"].split("/"))
+            triton_splitk.host_cut = sim_cut(cap, overhead)
         if "T" in kv:
             tokens = 32 * int(kv["T"])  # the split tile of these rows is 32 tokens
             triton_splitk.host_cut = lambda visible, *a, t=tokens, **k: [max(1, -(-n // t)) for n in visible]
-        triton_splitk.FUSED_EXPECTED_CHUNKS = int(kv.get("F", library["FUSED_EXPECTED_CHUNKS"]))
+        if kv.get("O") == "seq":  # the table's chunks dispatched in sequence order, as the device planner's
+            triton_splitk.host_table = lambda *a, t=library["host_table"]: t(*a)[:3] + [
+                list(range(len(t(*a)[0]) - len(a[0]))) + [0] * len(a[0])
+            ]  # fmt: skip
+        triton_splitk.HOST_FUSED_MAX_CHUNKS = int(kv.get("F", library["HOST_FUSED_MAX_CHUNKS"]))
         triton_splitk.HOST_FINER_GAIN = float(kv.get("G", library["HOST_FINER_GAIN"]))
         triton_splitk.HOST_CHUNK_RATIO = float(kv.get("R", library["HOST_CHUNK_RATIO"]))
         launcher.clear()  # no launch recorded under another variant's constants
@@ -68,7 +124,8 @@ def report(results, names):
 
 def main():
     if sys.argv[1:2] == ["force"]:
-        return force([a for a in sys.argv[2:] if a != "--all"], "--all" in sys.argv)
+        specs = [a for a in sys.argv[2:] if not a.startswith("--")]
+        return force(specs, "--all" in sys.argv, "e4m3" if "--e4m3" in sys.argv else "")
     rows = PRESETS["uneven"]() + PRESETS["ragged"]()
     ratios = [float(a) for a in sys.argv[1:]] or [triton_splitk.HOST_CHUNK_RATIO]
     plan.HOST_TABLE = False

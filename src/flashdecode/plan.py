@@ -268,14 +268,14 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
 def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, head_blocks, num_sms, shapes) -> DecodePlan:
     """An uneven batch's plan with a host table (HOST_TABLE): ``host_cut``'s chunks for the call's tile, and
     counters for the merge in the last chunk program where (sequence, row) pairs fill the SMs and no sequence has
-    more than FUSED_EXPECTED_CHUNKS chunks (the planned call's rule, with the counts known)."""
+    more than HOST_FUSED_MAX_CHUNKS chunks."""
     batch, num_q_heads = q.shape[0], q.shape[-2]
     q_len = q.shape[1] if q.dim() == 4 else 1
     counts = splitk.host_cut(visible, num_kv_heads * head_blocks, num_sms, saturation, cfg["BLOCK_N"])
     table = torch.tensor(splitk.host_table(visible, counts, cfg["BLOCK_N"]), dtype=torch.int32).to(q.device)
     reason = f"uneven lengths: cut on the host, {len(visible)} sequences in {sum(counts)} chunks, longest first"
     counters = None
-    merge = splitk.FUSED_COMBINE and 1 < max(counts) <= splitk.FUSED_EXPECTED_CHUNKS
+    merge = splitk.FUSED_COMBINE and 1 < max(counts) <= splitk.HOST_FUSED_MAX_CHUNKS
     if merge and batch * q_len * num_q_heads >= num_sms:
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         reason += ", merged in the last chunk program"

@@ -904,6 +904,13 @@ HOST_CHUNK_RATIO = 1.25
 # costs 0.4% less in 48 chunks of 2731 tokens than in 64 of 2048, and took 207.8 µs against 187.8 (H200, graph µs,
 # sweeps/host-table-0a102d3): the model does not see the short sequences' chunks packing around the long ones
 HOST_FINER_GAIN = 0.03
+# a host table's sequence of at most this many chunks is merged by its last chunk program (B * q_len * Hq >= #SMs):
+# with the table's counts known, and its programs ordered longest first, the merge overlaps the grid's shorter last
+# programs where the combine launch waits for them. H200 (table_probe force, graph µs, 8 -> 16; only the rows of
+# 9-16 chunks change): 24 x 1272..7827 28/4 59.8 -> 54.3, 32 x 1027..8171 12/2 48.1 -> 45.6, 8 x 1355..7941 32/8
+# 45.7 -> 43.5, long tail 60 x 256..2048 + 4 x 16k..32k 32/8 172.6 -> 163.8; with ~31 chunks it loses (fixed
+# chunks of 8 tiles: 8 x 1419..7751 28/4 25.5 -> 26.9, 32 x 12/2 54.5 -> 57.5)
+HOST_FUSED_MAX_CHUNKS = 16
 # a host table ends each sequence's last chunk here, past any length (locate_chunk clamps it to the call's length)
 OPEN_END = 2**31 - 1
 
