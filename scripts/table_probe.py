@@ -67,7 +67,8 @@ def sim_cut(cap, overhead):
 def force(specs, all_rows, kv_dtype=""):
     """Variants of the host cut, each a spec of comma-separated settings: T=<tiles> forces chunks of that many split
     tiles on every sequence (else host_cut's own choice), S=<cap>/<overhead> the cut whose candidate simulates
-    fastest (sim_cut), O=seq the chunks in sequence order (not longest first), F=<n> the most chunks a sequence merged in the last chunk
+    fastest (sim_cut), O=seq the chunks in sequence order (not longest first), L=none
+    no long fp8 tile, F=<n> the most chunks a sequence merged in the last chunk
     program (HOST_FUSED_MAX_CHUNKS), G=<gain> HOST_FINER_GAIN, R=<ratio> HOST_CHUNK_RATIO."""
     rows = PRESETS["uneven"]() + PRESETS["ragged"]()
     if not all_rows:
@@ -75,6 +76,7 @@ def force(specs, all_rows, kv_dtype=""):
     rows = [dataclasses.replace(r, kv_dtype=kv_dtype) for r in rows]
     names = ("host_cut", "host_table", "HOST_FUSED_MAX_CHUNKS", "HOST_FINER_GAIN", "HOST_CHUNK_RATIO")
     library = {n: getattr(triton_splitk, n) for n in names}
+    long_min = plan.FP8_LONG_MIN_TOKENS
     results = []
     for spec in specs:
         kv = dict(item.split("=") for item in spec.split(",") if item)
@@ -90,6 +92,8 @@ def force(specs, all_rows, kv_dtype=""):
             triton_splitk.host_table = lambda *a, t=library["host_table"]: t(*a)[:3] + [
                 list(range(len(t(*a)[0]) - len(a[0]))) + [0] * len(a[0])
             ]  # fmt: skip
+        # L=none: an fp8 cache's planned calls on the short fp8 tile (no FP8_LONG_MIN_TOKENS)
+        plan.FP8_LONG_MIN_TOKENS = None if kv.get("L") == "none" else long_min
         triton_splitk.HOST_FUSED_MAX_CHUNKS = int(kv.get("F", library["HOST_FUSED_MAX_CHUNKS"]))
         triton_splitk.HOST_FINER_GAIN = float(kv.get("G", library["HOST_FINER_GAIN"]))
         triton_splitk.HOST_CHUNK_RATIO = float(kv.get("R", library["HOST_CHUNK_RATIO"]))
@@ -101,6 +105,7 @@ def force(specs, all_rows, kv_dtype=""):
         print(spec or "lib", " ".join(f"{r.get('graph_us') or r.get('status')}" for r in recs), flush=True)
     for n in names:
         setattr(triton_splitk, n, library[n])
+    plan.FP8_LONG_MIN_TOKENS = long_min
     results += run_rows(rows, ["flashinfer_tc"], "cuda", progress=False)
     report(results, [spec or "lib" for spec in specs] + ["flashinfer_tc"])
 
