@@ -362,6 +362,24 @@ def test_plan_errors_name_the_argument(device):
             dataclasses.replace(plan, backend="triton_splitk", **dict(dict(num_splits=2), **bad))
 
 
+@pytest.mark.parametrize("most", [12, triton_splitk.HOST_FUSED_MAX_CHUNKS + 1])
+def test_host_table_merges_in_the_last_chunk_up_to_the_limit(device, small_gpu, monkeypatch, most):
+    """A host table whose longest sequence has up to HOST_FUSED_MAX_CHUNKS chunks holds counters (its last chunk
+    program merges, past the device planner's FUSED_EXPECTED_CHUNKS); one more chunk sends it to the combine launch.
+    Both give the reference, and the counters are zero after each call."""
+    assert triton_splitk.FUSED_EXPECTED_CHUNKS < 12 <= triton_splitk.HOST_FUSED_MAX_CHUNKS
+    lens = [1100, 40, 300]
+    monkeypatch.setattr(triton_splitk, "host_cut", lambda visible, *a: [most, 1, 2])
+    c = _case(lens, device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.table is not None and len(plan.table[0]) == most + 3 + len(lens), plan.reason
+    assert (plan.counters is not None) == (most <= triton_splitk.HOST_FUSED_MAX_CHUNKS), plan.reason
+    for _ in range(2):
+        _run_checked(c, plan)
+        if plan.counters is not None:
+            assert not plan.counters.any()
+
+
 def test_host_table_for_uneven_batches(device, small_gpu):
     """An uneven batch's plan carries a host-made cut: every chunk slot once in its dispatch order (longest first),
     each sequence's chunks covering its tiles; a plan made for other lengths (longer, shorter, empty) still gives
