@@ -7,6 +7,7 @@ prints a table last.
     python scripts/table_probe.py 1.25 1.5     # the host cut with each of these candidate ratios
     python scripts/table_probe.py force "" T=32,F=99 F=12 [--all] [--e4m3]   # variants of the cut (force's
         # docstring) on the 8-sequence, 12/2 and 28/4 uneven rows (--all: every row; --e4m3: fp8 caches)
+    python scripts/table_probe.py sorted       # `auto` and the plan on the uneven rows as drawn and sorted
 """
 
 import dataclasses
@@ -127,7 +128,19 @@ def report(results, names):
         print(f"{row[:26]:<26}" + "".join(cells))
 
 
+def sorted_batches():
+    """`auto` (the device's planner or the single pass, both in sequence order) and the plan on each uneven row as
+    drawn and with its sequences sorted longest first: what a longest-first order made on the device could give."""
+    rows = []
+    for r in PRESETS["uneven"]():
+        rows += [r, dataclasses.replace(r, seqlens=sorted(r.seqlens, reverse=True), label="sorted " + r.name())]
+    results = run_rows(rows, ["auto", "auto_plan"], "cuda", progress=False)
+    report(results, ["auto", "auto_plan"])
+
+
 def main():
+    if sys.argv[1:] == ["sorted"]:
+        return sorted_batches()
     if sys.argv[1:2] == ["force"]:
         specs = [a for a in sys.argv[2:] if not a.startswith("--")]
         return force(specs, "--all" in sys.argv, "e4m3" if "--e4m3" in sys.argv else "")
