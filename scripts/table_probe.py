@@ -14,7 +14,6 @@ import dataclasses
 import heapq
 import itertools
 import json
-import math
 import os
 import sys
 
@@ -48,10 +47,8 @@ def sim_cut(cap, overhead):
     """host_cut with its candidates priced by `simulate` (programs in the table's order, heads inner)."""
 
     def cut(visible, programs_per_chunk, num_sms, saturation, block_n):
-        t_max = max(max(triton_splitk.cdiv(n, block_n) for n in visible), 1)
-        cands = {math.ceil(triton_splitk.HOST_CHUNK_RATIO**i) for i in range(2 + int(math.log(t_max, 1.25)))}
         best = None
-        for cand in sorted({min(t_max, c) for c in cands | {1 << i for i in range(t_max.bit_length() + 1)}}):
+        for cand in triton_splitk.host_candidates(max(triton_splitk.cdiv(n, block_n) for n in visible)):
             counts = [max(1, triton_splitk.cdiv(n, cand * block_n)) for n in visible]
             table = triton_splitk.host_table(visible, counts, block_n)
             chunks = len(table[0]) - len(visible)

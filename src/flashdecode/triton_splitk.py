@@ -921,12 +921,9 @@ def host_cut(visible, programs_per_chunk: int, num_sms: int, saturation: int, bl
     (``_chunk_layout``, with WAVE_SATURATION), its longest chunk being the longest of the equal ones. Ties go to the
     longer chunk; T other than a power of two must win by HOST_FINER_GAIN."""
     tiles = [cdiv(n, block_n) for n in visible]
-    t_max, total = max(max(tiles), 1), sum(visible)
-    steps = 2 + int(math.log(t_max, HOST_CHUNK_RATIO))
-    cands = {math.ceil(HOST_CHUNK_RATIO**i) for i in range(steps)} | {1 << i for i in range(t_max.bit_length() + 1)}
-    cands = sorted({min(t_max, c) for c in cands})
+    total = sum(visible)
     wave_sat, best = wave_saturation(saturation), None
-    for cand in reversed(cands):
+    for cand in reversed(host_candidates(max(tiles))):
         counts = [max(1, cdiv(t, cand)) for t in tiles]
         per_sm = cdiv(sum(counts) * programs_per_chunk, num_sms)
         mean = cdiv(total, sum(counts)) + CHUNK_OVERHEAD_TOKENS
@@ -942,6 +939,15 @@ def host_cut(visible, programs_per_chunk: int, num_sms: int, saturation: int, bl
         if best is None or cost < best[0]:
             best = (cost, counts)
     return best[1]
+
+
+def host_candidates(t_max: int) -> list[int]:
+    """``host_cut``'s chunk lengths in tiles, ascending: ceil(HOST_CHUNK_RATIO^i) and the powers of two, capped at
+    the longest sequence's t_max tiles."""
+    t_max = max(t_max, 1)
+    steps = 2 + int(math.log(t_max, HOST_CHUNK_RATIO))
+    cands = {math.ceil(HOST_CHUNK_RATIO**i) for i in range(steps)} | {1 << i for i in range(t_max.bit_length() + 1)}
+    return sorted({min(t_max, c) for c in cands})
 
 
 def host_table(visible, counts, block_n: int) -> list[list[int]]:
