@@ -51,7 +51,7 @@ BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D
             WRITE_LSE=True, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=2 if KV != "*bf16" else 0, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
             INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
-            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, V_T=False)
+            HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, V_T=False, LONGEST_B=0)
 INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3)
 PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
@@ -77,6 +77,9 @@ for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATUR
 ptx = compile_sm90(triton_single._decode_single_kernel, {**BASE, **PREFETCH, **FEATURES, "EVEN_B": 512,
                                                         "LONG_MEAN": 1024}).asm["ptx"]
 assert "griddepcontrol.launch_dependents" in ptx
+# longest-first dispatch: the lengths' test and counting sort before the first load
+for extra in (dict(LONGEST_B=512), dict(LONGEST_B=8, **PREFETCH, **FEATURES)):
+    compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
 compile_sm90(triton_splitk._plan_kernel, dict(
     BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64, HAS_WINDOW=True,
     Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64, WAVE_SAT=0, LONG_MEAN=1024))
@@ -183,7 +186,7 @@ kernel = triton_single._decode_single_kernel
 BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=128, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
             WRITE_LSE=False, HEAD_BLOCKS=1, HAS_SOFTCAP=False, HAS_ALIBI=False, HAS_SINKS=False, HAS_WINDOW=False,
             Q_LEN=1, KV_FP8=2, SCALE_PTR=False, USE_PDL=True, PREFETCH_PAGES=True, EVEN_B=0, LONG_MEAN=0,
-            OFFS_I32=True)
+            OFFS_I32=True, LONGEST_B=0)
 for v_t in (False, True):
     # token-major pages: stride_vt is 1, which the launch specialises to a constant
     consts = {**BASE, "V_T": v_t, **({"stride_vt": 1} if v_t else {})}

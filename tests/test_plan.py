@@ -356,6 +356,8 @@ def test_plan_errors_name_the_argument(device):
     assert isinstance(plan, DecodePlan) and plan.reason
     with pytest.raises(ValueError, match="num_splits must be None or an int >= 1"):
         dataclasses.replace(plan, num_splits=0)
+    with pytest.raises(ValueError, match="in_order is for the single pass"):
+        dataclasses.replace(plan, backend="triton_splitk", num_splits=2, in_order=True)
     counters = torch.zeros(2 * 8, dtype=torch.int32, device=device)
     for bad in (dict(counters=counters.long()), dict(counters=counters[:3]), dict(num_splits=1, counters=counters)):
         with pytest.raises(ValueError, match="counters must be an int32 tensor of at least B"):

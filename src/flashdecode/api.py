@@ -197,6 +197,8 @@ def decode_attention(
                 plan_kwargs["long_tile"] = True
             if table is not None:
                 plan_kwargs["table"] = table
+            if plan.in_order:
+                plan_kwargs["in_order"] = True
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -292,9 +294,13 @@ def _from_torch(fn, with_features=True):
     return run
 
 
-def _run_triton(q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits):
+def _run_triton(
+    q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits, in_order=False
+):  # fmt: skip
+    # uneven batches go longest first (decode_single), unless a plan has read even lengths
     _kernels()[1].decode_single(
-        q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features=features, num_sms=_num_sms(q.device)
+        q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features=features, num_sms=_num_sms(q.device),
+        longest_first=not in_order,
     )  # fmt: skip
 
 

@@ -96,6 +96,8 @@ class DecodePlan:
             or, for long MHA rows' fixed splits, the 3-stage MHA tile (``MHA_LONG_MIN_TOKENS``).
         table: None, or the host-made cut of an uneven batch (HOST_TABLE): int32 [4, chunks + B] on the call's
             device (``triton_splitk.host_table``'s layout), for planned-mode calls of triton_splitk.
+        in_order: the single pass keeps the batch order (the plan read even lengths), instead of dispatching the
+            sequences longest first after testing them on the device (``triton_single.decode_single``).
     """
 
     backend: str
@@ -106,6 +108,7 @@ class DecodePlan:
     counters: torch.Tensor | None = None
     long_tile: bool = False
     table: torch.Tensor | None = None
+    in_order: bool = False
 
     def __post_init__(self):
         if self.long_tile and self.backend != "triton_splitk":
@@ -133,6 +136,8 @@ class DecodePlan:
                     f"device, for fixed splits or a table of triton_splitk (got {self.backend!r}, num_splits "
                     f"{self.num_splits})"
                 )
+        if self.in_order and (self.backend, self.num_splits) != ("triton", 1):
+            raise ValueError(f"DecodePlan: in_order is for the single pass (got {self.backend!r}, {self.num_splits})")
 
     def check(self, shapes: tuple) -> None:
         """Raise ValueError when a call's shapes differ from those the plan was made for."""
@@ -211,20 +216,26 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     q_len, num_q_heads, head_dim = features.q_len, q_in.shape[-2], q_in.shape[-1]
     group, sms, kv_itemsize = num_q_heads // num_kv_heads, api._num_sms(q.device), k_view.element_size()
     max_tokens = block_table.shape[1] * page_size
-    if name == "triton" and common.even_lengths(visible, None, q_len):
-        return DecodePlan(name, splits, False, "the shapes alone pick it", shapes)
+    even = common.even_lengths(visible, None, q_len)
+
+    def single(reason):
+        # an even batch's single pass skips the device's longest-first test
+        return DecodePlan("triton", 1, False, reason, shapes, in_order=even)
+
+    if name == "triton" and even:
+        return single("the shapes alone pick it")
     if splits is api.DUAL_PATH:
         # the device's test, on the host: the single pass takes an even batch (of short sequences under the tail gate)
         tail = splitk.single_pass_tail(
             batch, head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, sms, max_tokens
         )  # fmt: skip
         if common.even_lengths(visible, None, q_len, tail[1] if tail else 0):
-            return DecodePlan("triton", 1, False, "even lengths: the single pass, as the dual path would", shapes)
+            return single("even lengths: the single pass, as the dual path would")
         if tail is not None:
             return DecodePlan(name, None, True, "a single-pass tail: the dual path decides on the device", shapes)
     if splits is None and _single_pass_fills(head_dim, group, q.dtype, q_len, kv_itemsize, batch, num_kv_heads, sms,
                                              visible):  # fmt: skip
-        return DecodePlan("triton", 1, False, "even short lengths, a single pass that fills the SMs alike", shapes)
+        return single("even short lengths, a single pass that fills the SMs alike")
     # the cut, as decode_splitk would plan it (the grid, tile and target of these shapes) for fixed splits, which
     # never fuse the merge as the planned call does (decode_splitk(counters=...) merges them in its own way)
     def cut(long_tile):
@@ -245,14 +256,14 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     head_blocks = -(-q_len * group // cfg["BLOCK_H"])
     # an uneven batch (the longest above 1.5 times the mean) keeps its cut: fixed splits would give its long
     # sequences as many chunks as its short ones
-    if name == "triton" or (len({c for c in counts if c}) > 1 and not common.even_lengths(visible, None, q_len)):
+    if name == "triton" or (len({c for c in counts if c}) > 1 and not even):
         if table_ok:
             return _table_plan(splitk, cfg, saturation, long, visible, q_in, num_kv_heads, head_blocks, sms, shapes)
         return DecodePlan(name, None, False, "uneven lengths: planned on the device", shapes, long_tile=long)
     # ...in at most as many fixed splits, fewer where its chunks are short (FIXED_MIN_SPLIT_TILES)
     k = splitk.fixed_split_count(max(counts), chunk, cfg, batch * num_kv_heads * head_blocks, sms)
     if k <= 1:
-        return DecodePlan("triton", 1, False, "one chunk a sequence: the single pass", shapes)
+        return single("one chunk a sequence: the single pass")
     reason = f"up to {k} chunks a sequence: {k} fixed splits" + (" of the long fp8 tile" if long else "")
     programs = batch * num_kv_heads * head_blocks * k
     if tile == "mha" and kv_itemsize == 2 and splitk.MHA_LONG_TILE and _mha_long(chunk, programs, saturation * sms):

@@ -149,6 +149,56 @@ def planned_from(SEQLENS, stride_sl, batch, window, tail_first, BLOCK_B: tl.cons
     return tl.where(even, tl.where(short, -1, tail_first), 0)
 
 
+# longest_first's buckets: lengths within longest / ORDER_BUCKETS of each other keep their batch order
+ORDER_BUCKETS = tl.constexpr(32)
+
+
+@triton.jit
+def _max_and_sum(a_max, a_sum, b_max, b_sum):
+    return tl.maximum(a_max, b_max), a_sum + b_sum
+
+
+@triton.jit
+def longest_first(SEQLENS, stride_sl, batch, slot, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr,
+                  Q_LEN: tl.constexpr):  # fmt: skip
+    """(sequence, its length) that grid slot `slot` of the B <= BLOCK_B sequences takes when the slots go longest
+    first. A grid larger than the SMs can hold runs in waves, and a long sequence dispatched in the last one ends
+    far after the rest (a greedy schedule's worst case); longest first is the classic fix. An even batch (the dual
+    path's test, ``even_batch``) keeps its order: its slot's own length is loaded alongside the lengths tile, so it
+    pays one reduction over the tile. Otherwise a counting sort of the visible lengths into ORDER_BUCKETS buckets
+    of longest / ORDER_BUCKETS tokens, the longest bucket first, batch order within a bucket.
+    ``longest_first_order`` is the host mirror."""
+    own = tl.load(SEQLENS + slot * stride_sl)
+    offs_b = tl.arange(0, BLOCK_B)
+    valid = offs_b < batch
+    lens = tl.load(SEQLENS + offs_b * stride_sl, mask=valid, other=0)
+    visible = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
+    longest, total = tl.reduce((visible, visible.to(tl.int64)), 0, _max_and_sum)
+    seq, seqlen = slot, own
+    if longest.to(tl.int64) * batch * EVEN_SLACK > total * (EVEN_SLACK + 1):
+        # bucket 0 holds the longest sequences; [buckets] sizes, and the slots before each bucket (exclusive prefix)
+        bucket = ((longest - visible) * ORDER_BUCKETS) // (longest + 1)
+        sizes = tl.histogram(bucket, ORDER_BUCKETS, mask=valid)
+        before = tl.cumsum(sizes, axis=0) - sizes
+        # the slot's bucket: the last one starting at or before it; then its rank among that bucket's sequences
+        mine = tl.sum((before <= slot).to(tl.int32), axis=0) - 1
+        rank = slot - tl.max(tl.where(before <= slot, before, 0), axis=0)
+        member = (bucket == mine) & valid
+        seq = tl.sum((tl.cumsum(member.to(tl.int32), axis=0) <= rank).to(tl.int32), axis=0)
+        seqlen = tl.sum(tl.where(offs_b == seq, lens, 0), axis=0)
+    return seq, seqlen
+
+
+def longest_first_order(seqlens, window_left=None, q_len=1) -> list[int]:
+    """``longest_first``'s order on the host (tests): the sequence of each grid slot."""
+    visible = [n - (0 if window_left is None else max(n - q_len - window_left, 0)) for n in seqlens]
+    if not visible or even_lengths(visible):
+        return list(range(len(seqlens)))
+    longest = max(visible)
+    buckets = [(longest - n) * ORDER_BUCKETS.value // (longest + 1) for n in visible]
+    return sorted(range(len(seqlens)), key=lambda b: (buckets[b], b))
+
+
 def even_lengths(seqlens, window_left=None, q_len=1, long_mean=0) -> bool:
     """``even_batch``'s even and short together, on the host (tests): the same integer tests over the visible
     lengths."""

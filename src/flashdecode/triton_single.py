@@ -32,6 +32,7 @@ from .triton_common import (
     even_batch,
     launch_config,
     let_next_start,
+    longest_first,
     next_power_of_2,
     single_pass_long_grid,
     store_group,
@@ -42,6 +43,10 @@ from .triton_common import (
 )
 
 __all__ = ["decode_single"]
+
+# longest-first dispatch (``decode_single(longest_first=True)``) for batches of at most this many sequences: each
+# program sorts the lengths (a [batch] tile) before its first load. 0: never
+LONGEST_FIRST_MAX_BATCH = 512
 
 
 @triton.jit
@@ -100,18 +105,26 @@ def _decode_single_kernel(
     LONG_MEAN: tl.constexpr = 0,
     OFFS_I32: tl.constexpr = False,
     V_T: tl.constexpr = False,
+    LONGEST_B: tl.constexpr = 0,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
-    seq = tl.program_id(1).to(tl.int64)
     # a call's first kernel (``chain_pdl``): the kernels before it have finished
     wait_for_previous(USE_PDL)
     if EVEN_B:
         # dual-path call: the planned kernels may start now; they compute the same test, so exactly one path writes
         let_next_start(USE_PDL)
-    # loaded before the test below, so that the two loads are in flight together
-    seqlen = tl.load(SEQLENS + seq * stride_sl)
+    if LONGEST_B:
+        # grid row `slot` takes the sequences longest first (a grid of several waves: longest_first)
+        seq, seqlen = longest_first(
+            SEQLENS, stride_sl, tl.num_programs(1), tl.program_id(1), window, LONGEST_B, HAS_WINDOW, Q_LEN
+        )  # fmt: skip
+        seq = seq.to(tl.int64)
+    else:
+        seq = tl.program_id(1).to(tl.int64)
+        # loaded before the test below, so that the two loads are in flight together
+        seqlen = tl.load(SEQLENS + seq * stride_sl)
     if EVEN_B:
         even, short = even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
         # under the tail gate an even batch of long sequences is ours only before tail_first (planned_from)
@@ -164,7 +177,7 @@ def single_config(head_dim, group, dtype, q_len, kv_itemsize, kv_programs, num_s
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None, even_only=False, long_mean=0, tail_first=0,
+    num_sms=None, even_only=False, long_mean=0, tail_first=0, longest_first=False,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -182,6 +195,9 @@ def decode_single(
         long_mean: with even_only, also only if the mean visible length is below this many tokens (0: any), and
             then, for an even batch of longer ones, still the sequences before tail_first (the tail gate's split,
             ``triton_splitk.single_pass_tail``).
+        longest_first: an uneven batch's sequences are dispatched longest first (``triton_common.longest_first``),
+            for grids of more programs than num_sms and batches of 2 to ``LONGEST_FIRST_MAX_BATCH`` sequences (not
+            with even_only: that batch is even).
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -204,6 +220,9 @@ def decode_single(
     stride_btb, stride_btp = block_table.stride()
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
+    # a grid of more programs than SMs runs in waves, where the order matters
+    programs = batch * num_kv_heads * head_blocks
+    ordered = longest_first and not even_only and 1 < batch <= LONGEST_FIRST_MAX_BATCH and programs > (num_sms or 0)
     # the single pass of a dual-path call is launched as before (not chained: decode_splitk)
     pdl, chain = use_pdl(q.device), chain_pdl(q.device) and not even_only
     launch(
@@ -220,6 +239,7 @@ def decode_single(
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=chain or (pdl and even_only),
         LONG_MEAN=long_mean if even_only else 0, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache),
+        LONGEST_B=next_power_of_2(batch) if ordered else 0,
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
         programs_per_sm=tile_programs_per_sm(cfg, num_kv_heads * head_blocks * batch, num_sms),
     )  # fmt: skip
