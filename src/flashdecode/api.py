@@ -8,8 +8,9 @@ and combine launches, unless the lengths are very uneven: a known trade-off, doc
 SM up to that, with PDL, a dual-path call: the single pass and the planned kernels are both launched and the lengths
 pick one on the device (the single pass when they are even, ``triton_common.even_batch``). So does a full grid whose
 single pass would end on a nearly empty wave (``triton_splitk.single_pass_tail``), where the single pass takes only
-even batches of short sequences. Everything else runs ``triton_splitk`` planned on the device from the lengths. The
-choice reads shapes only: no host sync. A ``plan`` from ``plan.plan_decode`` replaces it with the choice made from
+even batches of short sequences. Everything else runs ``triton_splitk`` planned on the device from the lengths. A
+single pass of more programs than SMs dispatches an uneven batch's sequences longest first
+(``triton_common.longest_first``). The choice reads shapes only: no host sync. A ``plan`` from ``plan.plan_decode`` replaces it with the choice made from
 lengths read on the host (fixed splits, the single pass; plan.py).
 """
 
