@@ -189,9 +189,14 @@ def longest_first(SEQLENS, stride_sl, batch, slot, window, BLOCK_B: tl.constexpr
     return seq, seqlen
 
 
+def visible_lengths(seqlens, window_left=None, q_len=1) -> list[int]:
+    """Each sequence's visible tokens on the host (``window_starts``'s rule): all of them without a window."""
+    return [n - (0 if window_left is None else max(n - q_len - window_left, 0)) for n in seqlens]
+
+
 def longest_first_order(seqlens, window_left=None, q_len=1) -> list[int]:
     """``longest_first``'s order on the host (tests): the sequence of each grid slot."""
-    visible = [n - (0 if window_left is None else max(n - q_len - window_left, 0)) for n in seqlens]
+    visible = visible_lengths(seqlens, window_left, q_len)
     if not visible or even_lengths(visible):
         return list(range(len(seqlens)))
     longest = max(visible)
@@ -202,7 +207,7 @@ def longest_first_order(seqlens, window_left=None, q_len=1) -> list[int]:
 def even_lengths(seqlens, window_left=None, q_len=1, long_mean=0) -> bool:
     """``even_batch``'s even and short together, on the host (tests): the same integer tests over the visible
     lengths."""
-    visible = [n - (0 if window_left is None else max(n - q_len - window_left, 0)) for n in seqlens]
+    visible = visible_lengths(seqlens, window_left, q_len)
     even = max(visible) * len(visible) * EVEN_SLACK.value <= sum(visible) * (EVEN_SLACK.value + 1)
     return even and (not long_mean or sum(visible) < long_mean * len(visible))
 
