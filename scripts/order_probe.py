@@ -1,9 +1,13 @@
-"""Longest-first dispatch in the single pass (``triton_single.LONGEST_FIRST_MAX_BATCH``): `auto` with it and
-without it (0) on the full-grid rows `auto` runs single-pass, uniform (what the order costs) and uneven (what it
-buys), with the plan and FlashInfer (tensor cores) in the same process. Each backend is checked against the float64
-reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints a table.
+"""The full-grid single pass's dispatch, `auto` with each of two variants on the full-grid rows `auto` used to run
+single-pass, uniform (what a variant costs) and uneven (what it buys), with the plan and FlashInfer (tensor cores) in
+the same process. Each backend is checked against the float64 reference before it is timed (CUDA-graph median,
+caches rotated out of L2). Writes $OUT/table.jsonl, prints a table.
 
-    python scripts/order_probe.py [--quick]   # --quick: the first uniform and the first two uneven rows
+    python scripts/order_probe.py [--quick] [--variants order|full]
+
+order: longest-first dispatch (``triton_single.LONGEST_FIRST_MAX_BATCH``) off and on; full (the default): the full
+grid's dual path (``api.FULL_GRID_DUAL_PATH``) off (the single pass, longest first) and on. --quick: the first
+uniform and the first two uneven rows.
 """
 
 import random
@@ -11,8 +15,14 @@ import sys
 
 from table_probe import report
 
-from flashdecode import launcher, triton_single
+from flashdecode import api, launcher, triton_single
 from flashdecode.bench import Row, run_rows
+
+# {name: (module, constant, [(column, value)])}
+VARIANTS = {
+    "order": (triton_single, "LONGEST_FIRST_MAX_BATCH", [("in order", 0), ("ordered", 512)]),
+    "full": (api, "FULL_GRID_DUAL_PATH", [("single", False), ("dual", True)]),
+}
 
 
 def rows():
@@ -20,6 +30,9 @@ def rows():
 
     def uneven(batch, low, high, hq, hkv):
         return Row([g.randint(low, high) for _ in range(batch)], hq, hkv, label=f"{batch}x{low}..{high} {hq}/{hkv}")
+
+    def straggle(short, long, hq, hkv):
+        return Row([short] * 120 + [long] * 8, hq, hkv, label=f"120x{short} + 8x{long} {hq}/{hkv}")
 
     tail = [g.randint(256, 2048) for _ in range(120)] + [g.randint(16384, 32768) for _ in range(8)]
     g.shuffle(tail)
@@ -29,6 +42,11 @@ def rows():
         uneven(128, 1024, 8192, 32, 8), uneven(256, 256, 4096, 32, 8), uneven(512, 500, 3000, 32, 8),
         uneven(160, 100, 16000, 32, 8), uneven(264, 1000, 8000, 28, 4), uneven(128, 1024, 8192, 12, 12),
         Row(tail, 32, 8, label="128 long tail 32/8"),
+        # around the full grid's gate (max L * span <= 1.5 * sum L; span 66 sequences at 32/8, 33 at 12/12): ratios
+        # 1.38, 1.74, 2.36 at 32/8; 1.18, 1.83 at 12/12; the ragged row's shape in a full grid (ratio 33)
+        straggle(2048, 6144, 32, 8), straggle(2048, 8192, 32, 8), straggle(2048, 12288, 32, 8),
+        straggle(2048, 12288, 12, 12), straggle(2048, 24576, 12, 12),
+        Row([1024] * 127 + [131072], 32, 8, label="127x1024 + 131072 32/8"), Row([8192] * 128, 32, 8),
     ]  # fmt: skip
 
 
@@ -36,9 +54,11 @@ def main():
     chosen = rows()
     if "--quick" in sys.argv:
         chosen = chosen[:1] + chosen[6:8]
+    module, constant, columns = VARIANTS[sys.argv[sys.argv.index("--variants") + 1] if "--variants" in sys.argv
+                                        else "full"]  # fmt: skip
     results = []
-    for name, limit in (("in order", 0), ("ordered", triton_single.LONGEST_FIRST_MAX_BATCH)):
-        triton_single.LONGEST_FIRST_MAX_BATCH = limit
+    for name, value in columns:
+        setattr(module, constant, value)
         launcher.clear()  # no launch replayed from the other variant's recording
         recs = run_rows(chosen, ["auto"], "cuda", progress=False)
         for rec in recs:
@@ -46,7 +66,7 @@ def main():
         results += recs
         print(name, " ".join(f"{r.get('graph_us') or r.get('status')}" for r in recs), flush=True)
     results += run_rows(chosen, ["auto_plan", "flashinfer_tc"], "cuda", progress=False)
-    report(results, ["in order", "ordered", "auto_plan", "flashinfer_tc"])
+    report(results, [name for name, _ in columns] + ["auto_plan", "flashinfer_tc"])
 
 
 if __name__ == "__main__":

@@ -30,7 +30,9 @@ POINTERS = dict(Q="*bf16", K=KV, V=KV, OUT="*bf16", LSE="*fp32", O_PART="*fp32",
 
 
 def compile_sm90(kernel, consts):
-    consts = {k: v for k, v in consts.items() if k in kernel.arg_names}
+    # constexprs left out take their defaults (a new one needs no edit here)
+    defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
+    consts = {**defaults, **{k: v for k, v in consts.items() if k in kernel.arg_names}}
     # scales are floats, or fp32 pointers with SCALE_PTR (0-d device tensors)
     sig = {}
     for name in kernel.arg_names:
@@ -80,9 +82,18 @@ assert "griddepcontrol.launch_dependents" in ptx
 # longest-first dispatch: the lengths' test and counting sort before the first load
 for extra in (dict(LONGEST_B=512), dict(LONGEST_B=8, **PREFETCH, **FEATURES)):
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
+# a full grid's dual path: the test over a wave's sequences (EVEN_SPAN), longest first, in every kernel
+ptx = compile_sm90(triton_single._decode_single_kernel, {**BASE, **PREFETCH, "EVEN_B": 128, "LONGEST_B": 128,
+                                                        "EVEN_SPAN": 66}).asm["ptx"]
+assert "griddepcontrol.launch_dependents" in ptx
+compile_sm90(triton_splitk._partial_kernel, {**BASE, **PREFETCH, "NUM_SPLITS": 0, "FUSED_MAX": 64, "EVEN_B": 128,
+                                             "EVEN_SPAN": 66})
 compile_sm90(triton_splitk._plan_kernel, dict(
     BLOCK_B=64, BLOCK_N=64, LOG2_BLOCK_N=6, NUM_CAND=16, SATURATION=4, OVERHEAD=32, BLOCK_I=64, HAS_WINDOW=True,
     Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64, WAVE_SAT=0, LONG_MEAN=1024))
+compile_sm90(triton_splitk._plan_kernel, dict(
+    BLOCK_B=128, BLOCK_N=32, LOG2_BLOCK_N=5, NUM_CAND=16, SATURATION=4, OVERHEAD=64, BLOCK_I=4, HAS_WINDOW=False,
+    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=128, WAVE_SAT=3, LONG_MEAN=0, EVEN_SPAN=66))
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64, EVEN_B=256, LONG_MEAN=1024),
               dict(NUM_SPLITS=0, EVEN_B=16, **INLINE, **PREFETCH)):
     compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra})
@@ -95,6 +106,7 @@ for sinks in (False, True):
         assert "griddepcontrol.wait" in ptx
 compile_sm90(triton_splitk._combine_kernel, {**COMBINE, "HAS_SINKS": False, "EVEN_B": 64, "HAS_WINDOW": True,
                                              "LONG_MEAN": 1024})
+compile_sm90(triton_splitk._combine_kernel, {**COMBINE, "HAS_SINKS": False, "EVEN_B": 128, "EVEN_SPAN": 66})
 print("compiled")
 """
 
@@ -139,7 +151,8 @@ variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)
              for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
                                      WAVE_SAT=3))]
 for group, extra in variants:
-    consts = {**BASE, "GROUP": group, **extra}
+    consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE, "GROUP": group,
+              **extra}
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in consts:
@@ -189,7 +202,8 @@ BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=128, BLOCK_
             OFFS_I32=True, LONGEST_B=0)
 for v_t in (False, True):
     # token-major pages: stride_vt is 1, which the launch specialises to a constant
-    consts = {**BASE, "V_T": v_t, **({"stride_vt": 1} if v_t else {})}
+    consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE, "V_T": v_t,
+              **({"stride_vt": 1} if v_t else {})}
     sig, attrs = {}, {}
     for i, name in enumerate(kernel.arg_names):
         if name in consts:

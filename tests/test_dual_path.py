@@ -86,10 +86,12 @@ def test_auto_takes_the_dual_path_between_two_programs_per_sm_and_the_planner_ta
         k = torch.empty(100, 16, 2, 128, device="meta", dtype=torch.bfloat16)
         return api._choose_backend("auto", None, q, k, torch.empty(batch, 50, device="meta", dtype=torch.int32))
 
-    # Hkv 2, 4 SMs, grouped tile target 4: dual path for B * 2 in [8, 16)
-    assert [choice(b) for b in (3, 4, 7, 8)] == [
-        ("triton_splitk", None), ("triton_splitk", api.DUAL_PATH), ("triton_splitk", api.DUAL_PATH), ("triton", 1)
-    ]  # fmt: skip
+    # Hkv 2, 4 SMs, grouped tile target 4: dual path for B * 2 in [8, 16), and for a full grid (its own test:
+    # test_full_grid_dual.py) unless FULL_GRID_DUAL_PATH is off
+    dual, single = ("triton_splitk", api.DUAL_PATH), ("triton", 1)
+    assert [choice(b) for b in (3, 4, 7, 8)] == [("triton_splitk", None), dual, dual, dual]
+    monkeypatch.setattr(api, "FULL_GRID_DUAL_PATH", False)
+    assert [choice(b) for b in (3, 4, 7, 8)] == [("triton_splitk", None), dual, dual, single]
 
 
 def test_auto_dual_path_call_matches_reference(device, monkeypatch):
@@ -250,12 +252,13 @@ def test_tail_gate_paths_write_only_their_sequences(batch, device, monkeypatch):
 
 
 def test_auto_takes_the_dual_path_where_the_single_pass_would_end_on_a_nearly_empty_wave(monkeypatch):
-    """auto, from shapes: a full grid (B * Hkv >= R * #SMs) runs the single pass, except where its last wave is
-    filled to at most TAIL_WAVES - 1 (TAIL_FULLER - 1 with a table of TAIL_FULLER_TOKENS) with a table of at least
-    TAIL_LONG_TOKENS: there it takes the dual path with the length gate; not for fp32 caches (the measured tiles are
-    16-bit) nor shorter tables."""
+    """auto, from shapes: a full grid (B * Hkv >= R * #SMs) runs the single pass (without FULL_GRID_DUAL_PATH, whose
+    dual path would hide the difference), except where its last wave is filled to at most TAIL_WAVES - 1
+    (TAIL_FULLER - 1 with a table of TAIL_FULLER_TOKENS) with a table of at least TAIL_LONG_TOKENS: there it takes
+    the dual path with the length gate; not for fp32 caches (the measured tiles are 16-bit) nor shorter tables."""
     from flashdecode import triton_splitk
 
+    monkeypatch.setattr(api, "FULL_GRID_DUAL_PATH", False)
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
     # waves of 4 also within one wave of PREFETCH_TILE_PER_SM (as _tail_case), with a cache of this test's own

@@ -16,22 +16,29 @@ from flashdecode.triton_single import decode_single
 
 
 @triton.jit
-def _slots_kernel(SEQLENS, SEQ, LEN, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr):
+def _slots_kernel(
+    SEQLENS, SEQ, LEN, OURS, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, SPAN: tl.constexpr
+):  # fmt: skip
     slot = tl.program_id(0)
-    seq, seqlen = longest_first(SEQLENS, 1, batch, slot, window, BLOCK_B, HAS_WINDOW, 1)
+    seq, seqlen, ours = longest_first(SEQLENS, 1, batch, slot, window, BLOCK_B, HAS_WINDOW, 1, SPAN)
     tl.store(SEQ + slot, seq)
     tl.store(LEN + slot, seqlen)
+    tl.store(OURS + slot, ours.to(tl.int32))
 
 
-def _slots(lens, window, device):
-    """(sequence, length) of every grid slot, from the device."""
+def _slots(lens, window, device, span=0):
+    """(sequence, length) of every grid slot, from the device; with span > 0 (a full grid's dual path) also whether
+    each slot's program runs: (sequences, lengths, ours)."""
     seqlens = torch.tensor(lens, dtype=torch.int32, device=device)
     seq = torch.full((len(lens),), -1, dtype=torch.int32, device=device)
-    length = torch.full_like(seq, -1)
+    length, ours = torch.full_like(seq, -1), torch.full_like(seq, -1)
     _slots_kernel[(len(lens),)](
-        seqlens, seq, length, len(lens), -1 if window is None else window, next_power_of_2(len(lens)),
-        window is not None,
+        seqlens, seq, length, ours, len(lens), -1 if window is None else window, next_power_of_2(len(lens)),
+        window is not None, span,
     )  # fmt: skip
+    if span:
+        return seq.tolist(), length.tolist(), ours.tolist()
+    assert ours.tolist() == [1] * len(lens)
     return seq.tolist(), length.tolist()
 
 

@@ -2,16 +2,16 @@
 
 The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, ``torch_sdpa``. Otherwise the Triton
 kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1). Otherwise single-pass when the
-sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens, or when B * Hkv alone gives every SM as many programs
-as the planner aims at for the call's tile (``triton_splitk.planner_target``: splitting then only adds the planner
-and combine launches, unless the lengths are very uneven: a known trade-off, docs/design.md). From 2 programs per
-SM up to that, with PDL, a dual-path call: the single pass and the planned kernels are both launched and the lengths
-pick one on the device (the single pass when they are even, ``triton_common.even_batch``). So does a full grid whose
-single pass would end on a nearly empty wave (``triton_splitk.single_pass_tail``), where the single pass takes only
-even batches of short sequences. Everything else runs ``triton_splitk`` planned on the device from the lengths. A
-single pass of more programs than SMs dispatches an uneven batch's sequences longest first
-(``triton_common.longest_first``). The choice reads shapes only: no host sync. A ``plan`` from ``plan.plan_decode`` replaces it with the choice made from
-lengths read on the host (fixed splits, the single pass; plan.py).
+sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens. From 2 single-pass programs per SM (B * Hkv) on, with PDL,
+a dual-path call: the single pass and the planned kernels are both launched and the lengths pick one on the device
+(``triton_common.even_batch``). Below the planner's target (``triton_splitk.planner_target``) the single pass takes
+even batches; in a full grid whose single pass would end on a nearly empty wave (``triton_splitk.single_pass_tail``),
+only even batches of short sequences; in any other full grid, every batch whose longest sequence fits a wave's share
+of the work (``triton_splitk.full_grid_span``). Without PDL, a full grid runs the single pass. Everything else runs
+``triton_splitk`` planned on the device from the lengths. A single pass of more programs than SMs dispatches an uneven
+batch's sequences longest first (``triton_common.longest_first``). The choice reads shapes only: no host sync. A
+``plan`` from ``plan.plan_decode`` replaces it with the choice made from lengths read on the host (fixed splits, the
+single pass; plan.py).
 """
 
 from __future__ import annotations
@@ -38,6 +38,10 @@ DUAL_PATH = object()
 # "auto" takes the dual path when B * Hkv gives every SM at least this many single-pass programs (and fewer than the
 # planner's target, above which it runs the single pass outright): docs/design.md, "The `auto` rule"
 DUAL_PATH_MIN_PROGRAMS_PER_SM = 2
+# ...and a full grid (at least the target) too, with the test over a wave's sequences (triton_splitk.full_grid_span):
+# the planned kernels take a batch whose longest sequence outlasts a wave slot's share of the work. False: the single
+# pass outright (measurements: docs/design.md, "The `auto` rule")
+FULL_GRID_DUAL_PATH = True
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # multi-token queries (speculative verification): at most this many new tokens per sequence
 MAX_Q_LEN = 8
@@ -256,8 +260,11 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
         batch, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads, sms,
         max_tokens,
     ) is not None  # fmt: skip
-    if max_tokens <= SINGLE_PASS_MAX_TOKENS or (full and not tail) or batch > splitk.MAX_PLANNED_BATCH:
+    if max_tokens <= SINGLE_PASS_MAX_TOKENS or batch > splitk.MAX_PLANNED_BATCH:
         return "triton", 1
+    if full and not tail:
+        # a full grid: single pass, unless its longest sequence outlasts a wave (dual path, SPAN)
+        return ("triton_splitk", DUAL_PATH) if dual and FULL_GRID_DUAL_PATH and batch > 1 else ("triton", 1)
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH

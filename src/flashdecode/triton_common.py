@@ -116,12 +116,22 @@ EVEN_SLACK = tl.constexpr(2)
 
 
 @triton.jit
+def even_test(longest, total, span):
+    """The dual path's evenness test on a batch's longest and total visible lengths: longest * span * SLACK <= total *
+    (SLACK + 1), span the batch size B (the longest at most 1 + 1 / SLACK times the mean), or in a full grid the
+    sequences a wave holds (``even_batch``'s SPAN)."""
+    return longest.to(tl.int64) * span * EVEN_SLACK <= total * (EVEN_SLACK + 1)
+
+
+@triton.jit
 def even_batch(
     SEQLENS, stride_sl, batch, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    LONG_MEAN: tl.constexpr = 0,
+    LONG_MEAN: tl.constexpr = 0, SPAN: tl.constexpr = 0,
 ):  # fmt: skip
     """(even, short) for the visible lengths L_b of the B <= BLOCK_B sequences. even: the single pass suits them,
-    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1). short: with LONG_MEAN > 0, sum_b L_b < LONG_MEAN * B
+    max_b L_b * B * EVEN_SLACK <= sum_b L_b * (EVEN_SLACK + 1) (``even_test``), with SPAN > 0 (a full grid, SPAN < B
+    sequences a wave) in place of B: no program of the longest sequence outlasts a wave's share of the work by more
+    than 1 / EVEN_SLACK (``triton_splitk.full_grid_span``). short: with LONG_MEAN > 0, sum_b L_b < LONG_MEAN * B
     (a single pass whose last wave would be a few long programs: ``triton_splitk.single_pass_tail``), else always.
     A dual-path call's kernels (single pass, planner, partial, combine) each compute it from the lengths, an input no
     kernel of the call writes, so they agree without waiting for one another (``triton_splitk.decode_splitk``,
@@ -131,7 +141,7 @@ def even_batch(
     lens = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
     longest = tl.max(lens, axis=0).to(tl.int64)
     total = tl.sum(lens.to(tl.int64), axis=0)
-    even = longest * batch * EVEN_SLACK <= total * (EVEN_SLACK + 1)
+    even = even_test(longest, total, SPAN if SPAN else batch)
     short = total >= 0
     if LONG_MEAN:
         short = total < LONG_MEAN * batch
@@ -140,12 +150,12 @@ def even_batch(
 
 @triton.jit
 def planned_from(SEQLENS, stride_sl, batch, window, tail_first, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                 Q_LEN: tl.constexpr, LONG_MEAN: tl.constexpr):  # fmt: skip
+                 Q_LEN: tl.constexpr, LONG_MEAN: tl.constexpr, SPAN: tl.constexpr = 0):  # fmt: skip
     """The planned kernels of a dual-path call: the first sequence they write, or -1 when the single pass writes
-    every one (an even batch, short if LONG_MEAN > 0). An even batch of long sequences under the tail gate is the
-    single pass's up to sequence tail_first and theirs from there (``triton_splitk.single_pass_tail``); an uneven one
-    is theirs from 0."""
-    even, short = even_batch(SEQLENS, stride_sl, batch, window, BLOCK_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+    every one (an even batch, short if LONG_MEAN > 0; even over SPAN sequences if SPAN > 0). An even batch of long
+    sequences under the tail gate is the single pass's up to sequence tail_first and theirs from there
+    (``triton_splitk.single_pass_tail``); an uneven one is theirs from 0."""
+    even, short = even_batch(SEQLENS, stride_sl, batch, window, BLOCK_B, HAS_WINDOW, Q_LEN, LONG_MEAN, SPAN)
     return tl.where(even, tl.where(short, -1, tail_first), 0)
 
 
@@ -160,14 +170,15 @@ def _max_and_sum(a_max, a_sum, b_max, b_sum):
 
 @triton.jit
 def longest_first(SEQLENS, stride_sl, batch, slot, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr,
-                  Q_LEN: tl.constexpr):  # fmt: skip
-    """(sequence, its length) that grid slot `slot` of the B <= BLOCK_B sequences takes when the slots go longest
+                  Q_LEN: tl.constexpr, SPAN: tl.constexpr = 0):  # fmt: skip
+    """(sequence, its length, ours) for grid slot `slot` of the B <= BLOCK_B sequences when the slots go longest
     first. A grid larger than the SMs can hold runs in waves, and a long sequence dispatched in the last one ends
-    far after the rest (a greedy schedule's worst case); longest first is the classic fix. An even batch (the dual
-    path's test, ``even_batch``) keeps its order: its slot's own length is loaded alongside the lengths tile, so it
-    pays one reduction over the tile. Otherwise a counting sort of the visible lengths into ORDER_BUCKETS buckets
-    of longest / ORDER_BUCKETS tokens, the longest bucket first, batch order within a bucket.
-    ``longest_first_order`` is the host mirror."""
+    far after the rest (a greedy schedule's worst case); longest first is the classic fix. An even batch
+    (``even_test`` over B) keeps its order: its slot's own length is loaded alongside the lengths tile, so it pays
+    one reduction over the tile. Otherwise a counting sort of the visible lengths into ORDER_BUCKETS buckets of
+    longest / ORDER_BUCKETS tokens, the longest bucket first, batch order within a bucket. ours: with SPAN > 0 (the
+    single pass of a full grid's dual-path call), ``even_batch``'s test over SPAN sequences, and no sort when it
+    fails (the planned kernels take the batch); else True. ``longest_first_order`` is the host mirror."""
     own = tl.load(SEQLENS + slot * stride_sl)
     offs_b = tl.arange(0, BLOCK_B)
     valid = offs_b < batch
@@ -175,7 +186,10 @@ def longest_first(SEQLENS, stride_sl, batch, slot, window, BLOCK_B: tl.constexpr
     visible = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
     longest, total = tl.reduce((visible, visible.to(tl.int64)), 0, _max_and_sum)
     seq, seqlen = slot, own
-    if longest.to(tl.int64) * batch * EVEN_SLACK > total * (EVEN_SLACK + 1):
+    ours = total >= 0
+    if SPAN:
+        ours = even_test(longest, total, SPAN)
+    if ours & ~even_test(longest, total, batch):
         # bucket 0 holds the longest sequences; [buckets] sizes, and the slots before each bucket (exclusive prefix)
         bucket = ((longest - visible) * ORDER_BUCKETS) // (longest + 1)
         sizes = tl.histogram(bucket, ORDER_BUCKETS, mask=valid)
@@ -186,7 +200,7 @@ def longest_first(SEQLENS, stride_sl, batch, slot, window, BLOCK_B: tl.constexpr
         member = (bucket == mine) & valid
         seq = tl.sum((tl.cumsum(member.to(tl.int32), axis=0) <= rank).to(tl.int32), axis=0)
         seqlen = tl.sum(tl.where(offs_b == seq, lens, 0), axis=0)
-    return seq, seqlen
+    return seq, seqlen, ours
 
 
 def visible_lengths(seqlens, window_left=None, q_len=1) -> list[int]:
@@ -204,11 +218,11 @@ def longest_first_order(seqlens, window_left=None, q_len=1) -> list[int]:
     return sorted(range(len(seqlens)), key=lambda b: (buckets[b], b))
 
 
-def even_lengths(seqlens, window_left=None, q_len=1, long_mean=0) -> bool:
+def even_lengths(seqlens, window_left=None, q_len=1, long_mean=0, span=0) -> bool:
     """``even_batch``'s even and short together, on the host (tests): the same integer tests over the visible
-    lengths."""
+    lengths (span: its SPAN, 0 for the batch size)."""
     visible = visible_lengths(seqlens, window_left, q_len)
-    even = max(visible) * len(visible) * EVEN_SLACK.value <= sum(visible) * (EVEN_SLACK.value + 1)
+    even = max(visible) * (span or len(visible)) * EVEN_SLACK.value <= sum(visible) * (EVEN_SLACK.value + 1)
     return even and (not long_mean or sum(visible) < long_mean * len(visible))
 
 

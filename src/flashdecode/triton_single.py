@@ -109,6 +109,7 @@ def _decode_single_kernel(
     OFFS_I32: tl.constexpr = False,
     V_T: tl.constexpr = False,
     LONGEST_B: tl.constexpr = 0,
+    EVEN_SPAN: tl.constexpr = 0,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -120,19 +121,25 @@ def _decode_single_kernel(
         let_next_start(USE_PDL)
     if LONGEST_B:
         # grid row `slot` takes the sequences longest first (a grid of several waves: longest_first)
-        seq, seqlen = longest_first(
-            SEQLENS, stride_sl, tl.num_programs(1), tl.program_id(1), window, LONGEST_B, HAS_WINDOW, Q_LEN
+        seq, seqlen, ours = longest_first(
+            SEQLENS, stride_sl, tl.num_programs(1), tl.program_id(1), window, LONGEST_B, HAS_WINDOW, Q_LEN, EVEN_SPAN
         )  # fmt: skip
         seq = seq.to(tl.int64)
+        if not ours:
+            # a full grid's dual-path call (EVEN_SPAN): its longest sequence outlasts a wave's share, the planned
+            # kernels write (the same test as theirs, even_batch)
+            return
     else:
         seq = tl.program_id(1).to(tl.int64)
         # loaded before the test below, so that the two loads are in flight together
         seqlen = tl.load(SEQLENS + seq * stride_sl)
-    if EVEN_B:
-        even, short = even_batch(SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
-        # under the tail gate an even batch of long sequences is ours only before tail_first (planned_from)
-        if not (even & (short | (seq < tail_first))):
-            return
+        if EVEN_B:
+            even, short = even_batch(
+                SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN, EVEN_SPAN
+            )  # fmt: skip
+            # under the tail gate an even batch of long sequences is ours only before tail_first (planned_from)
+            if not (even & (short | (seq < tail_first))):
+                return
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
         window_start(seqlen, window, HAS_WINDOW, Q_LEN), seqlen, qk_scale,
@@ -180,7 +187,7 @@ def single_config(head_dim, group, dtype, q_len, kv_itemsize, kv_programs, num_s
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None, even_only=False, long_mean=0, tail_first=0, longest_first=False,
+    num_sms=None, even_only=False, long_mean=0, tail_first=0, longest_first=False, even_span=0,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -199,8 +206,10 @@ def decode_single(
             then, for an even batch of longer ones, still the sequences before tail_first (the tail gate's split,
             ``triton_splitk.single_pass_tail``).
         longest_first: an uneven batch's sequences are dispatched longest first (``triton_common.longest_first``),
-            for grids of more programs than num_sms and batches of 2 to ``LONGEST_FIRST_MAX_BATCH`` sequences (not
-            with even_only: that batch is even).
+            for grids of more programs than num_sms and batches of 2 to ``LONGEST_FIRST_MAX_BATCH`` sequences (with
+            even_only, only with even_span: other dual-path batches are even).
+        even_span: with even_only, a full grid's test (``triton_splitk.full_grid_span``): the programs write unless
+            the longest sequence outlasts a wave's share (0: the test over the batch).
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -225,7 +234,9 @@ def decode_single(
     natural = features.softcap is not None or features.alibi_slopes is not None
     # a grid of more programs than SMs runs in waves, where the order matters
     programs = batch * num_kv_heads * head_blocks
-    ordered = longest_first and not even_only and 1 < batch <= LONGEST_FIRST_MAX_BATCH and programs > (num_sms or 0)
+    assert not (even_span and (long_mean or not even_only)), "even_span is a full grid's dual path, without a tail"
+    ordered = longest_first and (even_span or not even_only) and 1 < batch <= LONGEST_FIRST_MAX_BATCH
+    ordered = ordered and programs > (num_sms or 0)
     # the single pass of a dual-path call is launched as before (not chained: decode_splitk)
     pdl, chain = use_pdl(q.device), chain_pdl(q.device) and not even_only
     launch(
@@ -240,7 +251,7 @@ def decode_single(
         GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks,
         EVEN_B=next_power_of_2(batch) if even_only else 0, USE_PDL=chain or (pdl and even_only),
-        LONG_MEAN=long_mean if even_only else 0, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
+        LONG_MEAN=long_mean if even_only else 0, EVEN_SPAN=even_span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache),
         LONGEST_B=next_power_of_2(batch) if ordered else 0,
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),

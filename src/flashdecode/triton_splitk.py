@@ -310,7 +310,7 @@ def _plan_kernel(
     NUM_SMS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr,
     NUM_CAND: tl.constexpr, SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr,
     HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0,
-    WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0, EVEN_SPAN: tl.constexpr = 0,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
@@ -325,7 +325,9 @@ def _plan_kernel(
     let_next_start(USE_PDL)
     first_seq = 0
     if EVEN_B:
-        first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+        first_seq = planned_from(
+            SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN, EVEN_SPAN
+        )  # fmt: skip
         if first_seq < 0:
             return
     chunk, n, incl, offs_b, lens = _chunk_layout(
@@ -627,6 +629,7 @@ def _partial_kernel(
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
+    EVEN_SPAN: tl.constexpr = 0,
     OFFS_I32: tl.constexpr = False,
     V_T: tl.constexpr = False,
     LAST: tl.constexpr = False,
@@ -636,7 +639,9 @@ def _partial_kernel(
     if EVEN_B:
         # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
         # the lengths are an input)
-        first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+        first_seq = planned_from(
+            SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN, EVEN_SPAN
+        )  # fmt: skip
         if first_seq < 0:
             return
     # HEADS_FIRST: grid (Hkv * head blocks, chunks), so that programs dispatched together read the heads of the same
@@ -740,12 +745,15 @@ def _combine_kernel(
     EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
+    EVEN_SPAN: tl.constexpr = 0,
 ):
     first_seq = 0
     if EVEN_B:
         # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
         # the lengths are an input; the plan gives those no chunk, so they return below)
-        first_seq = planned_from(SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN)
+        first_seq = planned_from(
+            SEQLENS, stride_sl, batch, window, tail_first, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN, EVEN_SPAN
+        )  # fmt: skip
         if first_seq < 0:
             return
     # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
@@ -980,7 +988,7 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, dual_path=False, long_mean=0, tail_first=0, chain=False,
+    counters=None, dual_path=False, long_mean=0, tail_first=0, chain=False, even_span=0,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
@@ -988,7 +996,8 @@ def launch_plan(
     PDL itself, as a call's first kernel (``chain_pdl``). counters: the fused
     combine's int32 arrival counters, zeroed by the planner (None: not fused). dual_path: launched after the
     single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch (of mean
-    visible length < long_mean, if > 0; an even batch of longer ones is cut from sequence tail_first on)."""
+    visible length < long_mean, if > 0; an even batch of longer ones is cut from sequence tail_first on; even over
+    even_span sequences if > 0: ``full_grid_span``)."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -1003,7 +1012,7 @@ def launch_plan(
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
         EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and (dual_path or chain) else {}),
-        WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean,
+        WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean, EVEN_SPAN=even_span,
     )  # fmt: skip
     return plan
 
@@ -1094,6 +1103,16 @@ def single_pass_tail(
             return None
         long_tokens = TAIL_FULLER_TOKENS
     return (full * wave // num_kv_heads if TAIL_SPLIT else 0), long_tokens
+
+
+def full_grid_span(batch: int, num_kv_heads: int, num_sms: int, target: int) -> int:
+    """A dual-path call's SPAN for ``even_batch``: 0 (the batch size) below a full grid, else the sequences one wave
+    holds, floor(target * #SMs / Hkv) < B (target: the planner's programs per SM, ``planner_target``). A full grid
+    runs in waves, longest first (``triton_common.longest_first``), so it suits the single pass unless one program of
+    its longest sequence outlasts a wave slot's share of the work, max L * SPAN vs sum L (``even_test``): one long
+    sequence among many short ones, which only the planned path can split (``api``'s rule 3, docs/design.md)."""
+    span = target * num_sms // num_kv_heads
+    return span if span < batch else 0
 
 
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
@@ -1238,6 +1257,11 @@ def decode_splitk(
             batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
         )  # fmt: skip
     tail_first, long_mean = tail or (0, 0)
+    # ...or, in a full grid without a tail, the test over the sequences a wave holds (even_batch's SPAN)
+    span = 0
+    if dual_path and tail is None:
+        target = planner_target(head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads)
+        span = full_grid_span(batch, num_kv_heads, num_sms, target)
     if host:
         # the plan decided, from the table: its counters
         fused = counters is not None
@@ -1286,7 +1310,8 @@ def decode_splitk(
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, features=features,
-            num_sms=num_sms, even_only=True, long_mean=long_mean, tail_first=tail_first,
+            num_sms=num_sms, even_only=True, long_mean=long_mean, tail_first=tail_first, even_span=span,
+            longest_first=bool(span),
         )  # fmt: skip
     if host:
         assert table.dtype == torch.int32 and table.device == q.device and table.shape[0] == 4, "host table"
@@ -1297,7 +1322,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, dual_path, long_mean, tail_first, chain,
+            counters, dual_path, long_mean, tail_first, chain, span,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
@@ -1321,7 +1346,7 @@ def decode_splitk(
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg,
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
-        EVEN_B=even_b, LONG_MEAN=long_mean, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
+        EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
@@ -1337,7 +1362,7 @@ def decode_splitk(
         launch_combine(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
-            even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean) if dual_path else None,
+            even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span) if dual_path else None,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
