@@ -86,11 +86,9 @@ def test_auto_takes_the_dual_path_between_two_programs_per_sm_and_the_planner_ta
         k = torch.empty(100, 16, 2, 128, device="meta", dtype=torch.bfloat16)
         return api._choose_backend("auto", None, q, k, torch.empty(batch, 50, device="meta", dtype=torch.int32))
 
-    # Hkv 2, 4 SMs, grouped tile target 4: dual path for B * 2 in [8, 16), and for a full grid (its own test:
-    # test_full_grid_dual.py) unless FULL_GRID_DUAL_PATH is off
+    # Hkv 2, 4 SMs, grouped tile target 4: dual path for B * 2 in [8, 16); a full grid's 800-token table runs the
+    # single pass (below FULL_GRID_DUAL_MIN_TOKENS; its dual path: test_full_grid_dual.py)
     dual, single = ("triton_splitk", api.DUAL_PATH), ("triton", 1)
-    assert [choice(b) for b in (3, 4, 7, 8)] == [("triton_splitk", None), dual, dual, dual]
-    monkeypatch.setattr(api, "FULL_GRID_DUAL_PATH", False)
     assert [choice(b) for b in (3, 4, 7, 8)] == [("triton_splitk", None), dual, dual, single]
 
 

@@ -32,6 +32,13 @@ BATCHES = {
 SINGLE = {"even": True, "uneven-fits": True, "straggler": False, "all-empty": True}
 
 
+@pytest.fixture(autouse=True)
+def short_tables(monkeypatch):
+    """`auto` takes the full grid's dual path for tables of FULL_GRID_DUAL_MIN_TOKENS (1024) tokens or more; these
+    tests' tables hold 256-400 (the interpreter's cost), so the limit comes down to 256."""
+    monkeypatch.setattr(api, "FULL_GRID_DUAL_MIN_TOKENS", 256)
+
+
 def _nan(c):
     return torch.full_like(c.q, float("nan")), torch.full(c.q.shape[:-1], float("nan"), device=c.q.device)
 
@@ -139,8 +146,13 @@ def test_auto_takes_the_full_grid_dual_path(device, monkeypatch):
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
     monkeypatch.setattr(api, "FULL_GRID_DUAL_PATH", False)
     assert api._choose_backend("auto", None, c.q, c.k_cache, c.block_table) == ("triton", 1)
-    # one sequence is never a full grid's dual path
+    # a table shorter than FULL_GRID_DUAL_MIN_TOKENS (its straggler can cost little): the single pass
     monkeypatch.setattr(api, "FULL_GRID_DUAL_PATH", True)
+    monkeypatch.setattr(api, "FULL_GRID_DUAL_MIN_TOKENS", c.block_table.shape[1] * 16 + 1)
+    assert api._choose_backend("auto", None, c.q, c.k_cache, c.block_table) == ("triton", 1)
+    monkeypatch.setattr(api, "FULL_GRID_DUAL_MIN_TOKENS", c.block_table.shape[1] * 16)
+    assert api._choose_backend("auto", None, c.q, c.k_cache, c.block_table)[1] is api.DUAL_PATH
+    # one sequence is never a full grid's dual path
     monkeypatch.setattr(api, "_num_sms", lambda dev: 1)
     one = case([300], HQ, HKV, D, 16, torch.bfloat16, device, seed=46)
     assert api._choose_backend("auto", None, one.q, one.k_cache, one.block_table)[0] == "triton_splitk"

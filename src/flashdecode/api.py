@@ -6,12 +6,12 @@ sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens. From 2 single-pass pro
 a dual-path call: the single pass and the planned kernels are both launched and the lengths pick one on the device
 (``triton_common.even_batch``). Below the planner's target (``triton_splitk.planner_target``) the single pass takes
 even batches; in a full grid whose single pass would end on a nearly empty wave (``triton_splitk.single_pass_tail``),
-only even batches of short sequences; in any other full grid, every batch whose longest sequence fits a wave's share
-of the work (``triton_splitk.full_grid_span``). Without PDL, a full grid runs the single pass. Everything else runs
-``triton_splitk`` planned on the device from the lengths. A single pass of more programs than SMs dispatches an uneven
-batch's sequences longest first (``triton_common.longest_first``). The choice reads shapes only: no host sync. A
-``plan`` from ``plan.plan_decode`` replaces it with the choice made from lengths read on the host (fixed splits, the
-single pass; plan.py).
+only even batches of short sequences; in any other full grid with a table of at least FULL_GRID_DUAL_MIN_TOKENS
+tokens, every batch whose longest sequence fits a wave's share of the work (``triton_splitk.full_grid_span``). Other
+full grids (and any without PDL) run the single pass; everything else runs ``triton_splitk`` planned on the device
+from the lengths. A single pass of more programs than SMs dispatches an uneven batch's sequences longest first
+(``triton_common.longest_first``). The choice reads shapes only: no host sync. A ``plan`` from ``plan.plan_decode``
+replaces it with the choice made from lengths read on the host (fixed splits, the single pass; plan.py).
 """
 
 from __future__ import annotations
@@ -39,9 +39,17 @@ DUAL_PATH = object()
 # planner's target, above which it runs the single pass outright): docs/design.md, "The `auto` rule"
 DUAL_PATH_MIN_PROGRAMS_PER_SM = 2
 # ...and a full grid (at least the target) too, with the test over a wave's sequences (triton_splitk.full_grid_span):
-# the planned kernels take a batch whose longest sequence outlasts a wave slot's share of the work. False: the single
-# pass outright (measurements: docs/design.md, "The `auto` rule")
+# the planned kernels take a batch whose longest sequence outlasts a wave slot's share of the work. H200
+# (scripts/order_probe.py at 00e8721, graph µs, single pass longest first -> dual path): 120 x 256..2048 + 8 x
+# 16k..32k 32/8 878.3 -> 394.2 (FlashInfer TC 544.7), 127 x 1024 + 131072 32/8 3396.0 -> 272.3 (1776.2), 120 x 2048
+# + 8 x 12288 32/8 460.8 -> 353.5; batches that fit pay the idle planned launches (scripts/full_grid_probe.py:
+# 256 x 256 12/12 94.1 -> 96.5, 0.7 of it the lost PDL chaining; 512 x 500..3000 32/8 809.9 -> 816.6). False: the
+# single pass outright (docs/design.md, "The `auto` rule")
 FULL_GRID_DUAL_PATH = True
+# ...for tables of at least this many tokens: a straggler of T tokens costs a single pass at most about T / 40 µs
+# (one program at ~20 GB/s: 131072 tokens took 3396 µs above), so shorter tables keep the plain single pass and its
+# 1.7-2.4 µs (256 x 256 12/12)
+FULL_GRID_DUAL_MIN_TOKENS = 1024
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # multi-token queries (speculative verification): at most this many new tokens per sequence
 MAX_Q_LEN = 8
@@ -264,7 +272,8 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
         return "triton", 1
     if full and not tail:
         # a full grid: single pass, unless its longest sequence outlasts a wave (dual path, SPAN)
-        return ("triton_splitk", DUAL_PATH) if dual and FULL_GRID_DUAL_PATH and batch > 1 else ("triton", 1)
+        straggler = FULL_GRID_DUAL_PATH and max_tokens >= FULL_GRID_DUAL_MIN_TOKENS and batch > 1
+        return ("triton_splitk", DUAL_PATH) if dual and straggler else ("triton", 1)
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH

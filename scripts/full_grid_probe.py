@@ -1,0 +1,49 @@
+"""Where a full grid's dual path (``api.FULL_GRID_DUAL_PATH``) spends its time on even batches: `auto` as the single
+pass (chained to the calls around it with PDL), as the dual path, as the dual path's single pass alone (its planned
+launches dropped: right on even batches only), and as the plain single pass unchained. CUDA-graph median of
+back-to-back calls (bench.run_rows). Prints a table; writes $OUT/table.jsonl.
+
+    python scripts/full_grid_probe.py
+"""
+
+import random
+
+from table_probe import report
+
+from flashdecode import api, launcher, triton_single, triton_splitk
+from flashdecode.bench import Row, run_rows
+
+
+def rows():
+    g = random.Random(7)
+    return [
+        Row([256] * 256, 12, 12), Row([1024] * 64, 12, 12), Row([2048] * 128, 32, 8), Row([512] * 512, 32, 8),
+        Row([g.randint(500, 3000) for _ in range(512)], 32, 8, label="512x500..3000 32/8"),
+    ]  # fmt: skip
+
+
+def main():
+    chosen, results = rows(), []
+    launch, chain = triton_splitk.launch, triton_single.chain_pdl
+    variants = {
+        "single": dict(full=False),
+        "dual": dict(full=True),
+        "dual single only": dict(full=True, planned=False),
+        "single unchained": dict(full=False, chain=False),
+    }
+    for name, v in variants.items():
+        api.FULL_GRID_DUAL_PATH = v["full"]
+        triton_splitk.launch = launch if v.get("planned", True) else (lambda *a, **k: None)
+        triton_single.chain_pdl = chain if v.get("chain", True) else (lambda device: False)
+        launcher.clear()
+        recs = run_rows(chosen, ["auto"], "cuda", progress=False)
+        for rec in recs:
+            rec["backend"] = name
+        results += recs
+        print(name, " ".join(f"{r.get('graph_us') or r.get('status')}" for r in recs), flush=True)
+    triton_splitk.launch, triton_single.chain_pdl = launch, chain
+    report(results, list(variants))
+
+
+if __name__ == "__main__":
+    main()
