@@ -1,6 +1,7 @@
 """Where a full grid's dual path (``api.FULL_GRID_DUAL_PATH``) spends its time on even batches: `auto` as the single
 pass (chained to the calls around it with PDL), as the dual path, as the dual path's single pass alone (its planned
-launches dropped: right on even batches only), and as the plain single pass unchained. CUDA-graph median of
+launches dropped: right on even batches only), as the plain single pass unchained, and as the dual path without its
+combine launch (the fused merge's limit raised above these rows' tiles). CUDA-graph median of
 back-to-back calls (bench.run_rows). Prints a table; writes $OUT/table.jsonl.
 
     python scripts/full_grid_probe.py
@@ -24,17 +25,22 @@ def rows():
 
 def main():
     chosen, results = rows(), []
-    launch, chain = triton_splitk.launch, triton_single.chain_pdl
+    # every table here, short ones too, takes the dual path where a variant asks for it
+    api.FULL_GRID_DUAL_MIN_TOKENS = 0
+    launch, chain, fused_max = triton_splitk.launch, triton_single.chain_pdl, triton_splitk.FUSED_MAX_CHUNKS
     variants = {
         "single": dict(full=False),
         "dual": dict(full=True),
         "dual single only": dict(full=True, planned=False),
         "single unchained": dict(full=False, chain=False),
+        # the fused merge up to 128 chunks: these rows' tables (at most 3032 tokens, 95 tiles) need no combine launch
+        "dual no combine": dict(full=True, fused_max=128),
     }
     for name, v in variants.items():
         api.FULL_GRID_DUAL_PATH = v["full"]
         triton_splitk.launch = launch if v.get("planned", True) else (lambda *a, **k: None)
         triton_single.chain_pdl = chain if v.get("chain", True) else (lambda device: False)
+        triton_splitk.FUSED_MAX_CHUNKS = v.get("fused_max", fused_max)
         launcher.clear()
         recs = run_rows(chosen, ["auto"], "cuda", progress=False)
         for rec in recs:
