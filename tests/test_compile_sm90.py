@@ -106,7 +106,8 @@ for sinks in (False, True):
         assert "griddepcontrol.wait" in ptx
 compile_sm90(triton_splitk._combine_kernel, {**COMBINE, "HAS_SINKS": False, "EVEN_B": 64, "HAS_WINDOW": True,
                                              "LONG_MEAN": 1024})
-compile_sm90(triton_splitk._combine_kernel, {**COMBINE, "HAS_SINKS": False, "EVEN_B": 128, "EVEN_SPAN": 66})
+compile_sm90(triton_splitk._combine_kernel, {**COMBINE, "HAS_SINKS": False, "EVEN_B": 128, "EVEN_SPAN": 66,
+                                             "LONG_ONLY": 512})
 print("compiled")
 """
 

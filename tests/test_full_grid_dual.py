@@ -138,7 +138,8 @@ def test_auto_takes_the_full_grid_dual_path(device, monkeypatch):
     for name in ("uneven-fits", "straggler"):
         # a table of at least 20 pages: sequences that can hold more than SINGLE_PASS_MAX_TOKENS
         lens = BATCHES[name]
-        c = case(lens, HQ, HKV, D, 16, torch.bfloat16, device, seed=45, extra_table_columns=max(2, 20 - -(-max(lens) // 16)))
+        extra = max(2, 20 - -(-max(lens) // 16))
+        c = case(lens, HQ, HKV, D, 16, torch.bfloat16, device, seed=45, extra_table_columns=extra)
         assert api._choose_backend("auto", None, c.q, c.k_cache, c.block_table) == ("triton_splitk", api.DUAL_PATH)
         out, lse = decode_attention(*c.args, return_lse=True, out=torch.full_like(c.q, float("nan")))
         ref_out, ref_lse = reference_of(c)

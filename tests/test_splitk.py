@@ -303,14 +303,16 @@ def test_tuning_switches_keep_the_result(device, monkeypatch):
 
 @pytest.mark.parametrize(
     "fused,fused_max,inline_max,launches",
-    [(True, 64, 16, 0), (True, 3, 16, 1), (False, 64, 16, 1), (False, 64, 0, 1)],
-    ids=["last-program-merges", "both-ways", "combine-launch-inline-plan", "combine-launch-planner"],
+    [(True, 64, 16, 0), (True, 3, 16, 1), (True, 2, 16, 1), (False, 64, 16, 1), (False, 64, 0, 1)],
+    ids=["last-program-merges", "both-ways", "both-ways-two-long", "combine-launch-inline-plan",
+         "combine-launch-planner"],
 )
 def test_planned_merge_fused_or_launched(fused, fused_max, inline_max, launches, device, monkeypatch):
     """A planned cut merged every way matches the float64 reference: by the last chunk program of each (sequence,
     head block) to finish (``merge_if_last``, when B * q_len * Hq >= #SMs, for sequences of at most
     FUSED_MAX_CHUNKS chunks), by the combine launch, or both in one call (at most 3 chunks fused: the 130-token
-    sequence's 3 chunks merge in the partial kernel, the 300-token one's 5 in the combine), with the cut from the
+    sequence's 3 chunks merge in the partial kernel, the 300-token one's 5 in the combine; at most 2: both in the
+    combine, whose programs find the long sequences in the plan, COMBINE_LONG_ONLY), with the cut from the
     planner kernel or, for a combine launch on this small batch, computed in place. Ragged lengths with an
     empty sequence, two query tokens, 80 rows per KV head (two head blocks), sinks and the LSE, NaN-filled outputs.
     The combine is launched exactly when the table could hold a sequence the fused merge leaves to it."""

@@ -132,6 +132,11 @@ TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
 MAX_PLANNED_BATCH = 512
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
+# planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
+# one program per row for each sequence that can have that many (max_chunks // (FUSED_MAX_CHUNKS + 1)), not per
+# sequence, so that a call whose sequences all merged in place has few idle combine programs (launch_combine's
+# long_only). False: one per sequence
+COMBINE_LONG_ONLY = True
 # the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
 # when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
@@ -746,6 +751,7 @@ def _combine_kernel(
     WAVE_SAT: tl.constexpr = 0,
     LONG_MEAN: tl.constexpr = 0,
     EVEN_SPAN: tl.constexpr = 0,
+    LONG_ONLY: tl.constexpr = 0,
 ):
     first_seq = 0
     if EVEN_B:
@@ -777,6 +783,16 @@ def _combine_kernel(
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
     elif not INLINE_PLAN:
+        if LONG_ONLY:
+            # grid dim 1 holds only as many sequences as can have more than MERGED_MAX chunks (launch_combine):
+            # this program's is the seq-th of them, from the planner's [B] chunk counts
+            offs_b = tl.arange(0, LONG_ONLY)
+            counts = tl.load(PLAN + 2 * max_chunks + batch + offs_b, mask=offs_b < batch, other=0)
+            long = counts > MERGED_MAX
+            pick = long & (tl.cumsum(long.to(tl.int32), axis=0) == seq + 1)
+            if tl.sum(pick.to(tl.int32), axis=0) == 0:
+                return
+            seq = tl.sum(tl.where(pick, offs_b, 0), axis=0)
         # the planner's per-sequence columns
         first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
         if count <= MERGED_MAX:
@@ -1163,7 +1179,7 @@ def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
 
 def launch_combine(
     o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None, merged_max=1, inline=None, even=None,
+    num_sms=None, merged_max=1, inline=None, even=None, long_only=False,
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
@@ -1178,7 +1194,9 @@ def launch_combine(
     reading counts the partial programs published: 8 x 2048 28/4 18.9 -> 17.6 us, 16 x 4096 12/2 28.2 -> 26.1,
     16 x 4096 12/12 102.8 -> 100.7; computing them after the wait had cost 1 x 65536 12/2 4 us, probe 4345621).
     even: a dual-path call's EVEN_B and the lengths arguments of ``even_batch`` (the combine is idle on an even
-    batch)."""
+    batch). long_only (planned mode from the planner's plan, merged_max > 1): one program per row for each of the
+    at most max_chunks // (merged_max + 1) sequences that can have more than merged_max chunks, the k-th program
+    finding the k-th such sequence in the plan's counts, instead of one per sequence (``COMBINE_LONG_ONLY``)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -1187,14 +1205,19 @@ def launch_combine(
         block_s, d_blocks = COMBINE_WIDE
     if block_d % (16 * d_blocks):
         d_blocks = 1
+    seqs = batch
+    if long_only:
+        assert not fixed and inline is None and merged_max > 1, "long_only reads the planner's counts"
+        seqs = max(1, min(batch, max_chunks // (merged_max + 1)))
     launch(
-        _combine_kernel, (q_len * num_q_heads, batch, d_blocks),
+        _combine_kernel, (q_len * num_q_heads, seqs, d_blocks),
         o_part, lse_part, out4, lse if lse is not None else lse_part, plan, sinks if sinks is not None else lse_part,
         batch, max_chunks, num_q_heads, out4.stride(0), out4.stride(1), out4.stride(2),
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
         USE_PDL=pdl, MERGED_MAX=merged_max, **{**(inline or _NO_COMBINE_PLAN), **(even or {})},
+        LONG_ONLY=next_power_of_2(batch) if long_only else 0,
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
@@ -1363,6 +1386,7 @@ def decode_splitk(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
             even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span) if dual_path else None,
+            long_only=COMBINE_LONG_ONLY and fused and not inline,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
