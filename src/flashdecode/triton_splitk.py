@@ -23,14 +23,16 @@ Two ways to cut, one kernel:
   planner launch).
 * merging: with B * q_len * Hq >= #SMs the last chunk program of a sequence to finish merges its chunks
   (``merge_if_last``: an acq_rel arrival counter the planner zeroed); otherwise, or for sequences of more than
-  FUSED_MAX_CHUNKS chunks, the combine kernel does.
+  FUSED_MAX_CHUNKS chunks, the combine kernel does (then with programs for the few sequences that can have that
+  many, ``COMBINE_LONG_ONLY``).
 * dual path (``dual_path=True``, what ``auto`` uses at 2 to 4 single-pass programs per SM): the single pass is
   launched first and writes only if the lengths are even (the longest at most 1.5 times the mean,
   ``triton_common.even_batch``); the planned kernels after it take the same test and return on an even batch.
   Where the single pass would end on a nearly empty wave (``single_pass_tail``: full waves of programs and a last
   one filled to a fraction), it runs alone only for an even batch of short sequences (mean below TAIL_LONG_TOKENS);
   an even batch of longer ones is split, the single pass writing the full waves' sequences and the planned kernels
-  the rest, and the planned grid gets more chunk slots.
+  the rest, and the planned grid gets more chunk slots. A full grid's dual path (``full_grid_span``) takes the test
+  over a wave's sequences: the single pass keeps every batch whose longest sequence fits a wave slot's share.
 * fixed (``num_splits=S``): each sequence's T tiles are dealt to S pieces, split s taking tiles
   [s * T / S, (s + 1) * T / S) (sizes differ by at most one tile; some may be empty: they write (0, -inf)); chunk
   b * S + s is split s of sequence b. Grid (B * S, Hkv).
@@ -762,7 +764,8 @@ def _combine_kernel(
         )  # fmt: skip
         if first_seq < 0:
             return
-    # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns)
+    # one program per (query row = token * Hq + head, sequence, block of BLOCK_DC head-dim columns); with LONG_ONLY
+    # dim 1 counts the long sequences instead (found below)
     row = tl.program_id(0)
     seq = tl.program_id(1)
     d0 = tl.program_id(2) * BLOCK_DC
