@@ -1389,7 +1389,7 @@ def decode_splitk(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
             even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span) if dual_path else None,
-            long_only=COMBINE_LONG_ONLY and fused and not inline,
+            long_only=COMBINE_LONG_ONLY and fused,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
