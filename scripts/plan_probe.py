@@ -1,9 +1,16 @@
 """The planner kernel alone on the GPU: CUDA-graph µs of launch_plan for batches of 1-512 sequences, over chunk
-slots per program and warps (``triton_splitk.planner_shape``). Writes $OUT/plan.jsonl, prints a table last."""
+slots per program and warps (``triton_splitk.planner_shape``). Writes $OUT/plan.jsonl, prints a table last.
+
+    python scripts/plan_probe.py           # the shapes
+    python scripts/plan_probe.py order     # the rule's shape, without and with the dispatch order and equal chunks
+                                           # (PLANNER_ORDER, PLANNER_EQUAL), on uneven and even batches
+"""
 
 import itertools
 import json
 import os
+import random
+import sys
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -49,5 +56,28 @@ def main():
     print("\n".join(lines))
 
 
+def order():
+    g = random.Random(3)
+    batches = [([131072] + [1024] * 63, 8), ([g.randint(100, 8000) for _ in range(200)], 2),
+               ([g.randint(256, 2048) for _ in range(120)] + [g.randint(16384, 32768) for _ in range(8)], 8),
+               ([g.randint(500, 3000) for _ in range(512)], 8), ([1024] * 64, 2), ([256] * 256, 2)]  # fmt: skip
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    settings = [("seq", False, False), ("ordered", True, False), ("ord+equal", True, True)]
+    print(f"{'batch':<22}" + "".join(f"{name:>11}" for name, _, _ in settings))
+    for lens, hkv in batches:
+        seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+        slots = sk.grid_chunks(len(lens), hkv, sms)
+        num_cand = sk.num_candidates(max(lens), 64)
+        times = []
+        for _, sk.PLANNER_ORDER, sk.PLANNER_EQUAL in settings:
+
+            def fn():
+                return sk.launch_plan(seqlens, hkv, sms, slots, 64, num_cand, sk.SATURATION_PER_SM, False, Features())
+
+            fn()
+            times.append(do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3)
+        print(f"{f'{len(lens)} x {min(lens)}..{max(lens)}':<22}" + "".join(f"{t:>11.2f}" for t in times), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    order() if sys.argv[1:] == ["order"] else main()

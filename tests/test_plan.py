@@ -390,15 +390,19 @@ def test_host_table_for_uneven_batches(device, small_gpu):
     c = _case(lens, device)
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     assert plan.table is not None and plan.num_splits is None, plan.reason
-    seqs, starts, ends, order = plan.table.cpu().tolist()
+    seqs, starts, ends, ids = plan.table.cpu().tolist()
     chunks = len(seqs) - len(lens)
-    assert sorted(order[:chunks]) == list(range(chunks))
-    sizes = [min(ends[i], lens[seqs[i]]) - starts[i] for i in order[:chunks]]
+    assert sorted(ids[:chunks]) == list(range(chunks))
+    sizes = [min(ends[i], lens[seqs[i]]) - starts[i] for i in range(chunks)]
     assert sizes == sorted(sizes, reverse=True)
+    # grid slot of each chunk id
+    slot = {c: i for i, c in enumerate(ids[:chunks])}
     for b, n in enumerate(lens):
         first, count = seqs[chunks + b], starts[chunks + b]
-        assert seqs[first : first + count] == [b] * count and starts[first] == 0
-        assert ends[first + count - 1] == triton_splitk.OPEN_END
+        mine = [slot[c] for c in range(first, first + count)]
+        assert [seqs[i] for i in mine] == [b] * count and starts[mine[0]] == 0
+        assert [ends[i] for i in mine[:-1]] == [starts[i] for i in mine[1:]]
+        assert ends[mine[-1]] == triton_splitk.OPEN_END
     _run_checked(c, plan)
     # the plan of other lengths: each sequence longer, shorter or empty than the call's
     other = torch.tensor([90, 250, 30, 0, 300, 16], dtype=torch.int32, device=c.q.device)

@@ -339,21 +339,32 @@ def test_planned_merge_fused_or_launched(fused, fused_max, inline_max, launches,
     assert torch.allclose(lse[1].cpu(), sinks.cpu().expand(2, -1))
 
 
-@pytest.mark.parametrize("batch", [1, 9, 40, 300], ids=lambda b: f"B{b}")
-def test_planner_kernel_writes_the_mirrors_cut(batch, device):
+@pytest.mark.parametrize(
+    "batch,spread",
+    [pytest.param(b, s, id=f"B{b}-{('even', 'uneven')[s]}") for b, s in [(1, 1), (9, 1), (40, 1), (300, 1), (9, 0),
+                                                                           (40, 0)]],
+)
+def test_planner_kernel_writes_the_mirrors_cut(batch, spread, device):
     """The planner kernel's cut equals ``chunk_plan``'s entry by entry, at batch sizes that use every planner shape
-    (64 slots x 4 warps per program down to 4 slots x 1 warp): (sequence, start, end) per used chunk slot, unused
-    slots marked with sequence B, and each sequence's first chunk and chunk count."""
-    from flashdecode.triton_splitk import SATURATION_PER_SM, launch_plan
+    (64 slots x 4 warps per program down to 4 slots x 1 warp), in ``dispatch_order``: (sequence, start, end, chunk
+    id) per used grid slot, unused slots marked with sequence B, and each sequence's first chunk and chunk count. An
+    uneven batch goes longest first (every full chunk, then the last ones, longest bucket first); an even one (lengths
+    2000..2999) in chunk order."""
+    from flashdecode.triton_splitk import SATURATION_PER_SM, dispatch_order, launch_plan
 
     g = torch.Generator().manual_seed(batch)
-    lens = torch.randint(0, 3000, (batch,), generator=g)
-    lens[0] = 0
+    lens = torch.randint(0, 3000, (batch,), generator=g) if spread else torch.randint(2000, 3000, (batch,), generator=g)
+    lens[0] = 0 if spread else lens[0]
+    if spread:
+        lens[batch // 2] = 2999  # uneven with a long last chunk for B 1 too
     hkv, sms, block_n = 2, 16, 64
     slots, num_cand = grid_chunks(batch, hkv, sms), num_candidates(3000, block_n)
     plan = launch_plan(lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM).cpu()
     expect = chunk_plan(lens.tolist(), hkv, sms, slots, block_n, num_cand)
-    assert [tuple(plan[:3, i].tolist()) for i in range(len(expect))] == expect
+    order = dispatch_order(expect, lens.tolist())
+    assert sorted(order) == list(range(len(expect)))
+    assert (order != list(range(len(expect)))) == (spread and batch > 1)
+    assert [tuple(plan[:4, i].tolist()) for i in range(len(expect))] == [expect[i] + (i,) for i in order]
     assert (plan[0, len(expect) : slots] == batch).all()
     counts = [sum(1 for b, _, _ in expect if b == s) for s in range(batch)]
     firsts = [sum(counts[:s]) for s in range(batch)]

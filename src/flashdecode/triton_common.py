@@ -159,7 +159,8 @@ def planned_from(SEQLENS, stride_sl, batch, window, tail_first, BLOCK_B: tl.cons
     return tl.where(even, tl.where(short, -1, tail_first), 0)
 
 
-# longest_first's buckets: lengths within longest / ORDER_BUCKETS of each other keep their batch order
+# longest_first's buckets (and the planner's dispatch order): lengths within longest / ORDER_BUCKETS of each other
+# keep their batch order
 ORDER_BUCKETS = tl.constexpr(32)
 
 
@@ -169,16 +170,36 @@ def _max_and_sum(a_max, a_sum, b_max, b_sum):
 
 
 @triton.jit
+def bucket_ranks(lengths, valid, ranks):
+    """The longest-first order of a counting sort, looked up: for each rank r in ``ranks`` [R] (0 the longest), the
+    index of the valid entry of ``lengths`` [BLOCK_B] with that rank (an r past the valid entries gives an index >= the
+    last valid one's). Lengths go into ORDER_BUCKETS buckets of longest / ORDER_BUCKETS, the longest bucket first,
+    index order within a bucket: one histogram, no sort. Shared by the single pass's slots (``longest_first``) and
+    the planner's last chunks (``triton_splitk.dispatch_chunks``); ``longest_first_order`` is the host mirror."""
+    longest = tl.max(tl.where(valid, lengths, 0), axis=0)
+    # bucket 0 holds the longest; [buckets] sizes, and the ranks before each bucket (exclusive prefix)
+    bucket = ((longest - lengths) * ORDER_BUCKETS) // (longest + 1)
+    sizes = tl.histogram(bucket, ORDER_BUCKETS, mask=valid)
+    before = tl.cumsum(sizes, axis=0) - sizes
+    # [R, buckets]: a rank's bucket is the last one starting at or before it (empty buckets share the next start);
+    # then its rank among that bucket's entries, found in a [R, BLOCK_B] running count
+    at = before[None, :] <= ranks[:, None]
+    mine = tl.sum(at.to(tl.int32), axis=1) - 1
+    within = ranks - tl.max(tl.where(at, before[None, :], 0), axis=1)
+    member = (bucket[None, :] == mine[:, None]) & valid[None, :]
+    return tl.sum((tl.cumsum(member.to(tl.int32), axis=1) <= within[:, None]).to(tl.int32), axis=1)
+
+
+@triton.jit
 def longest_first(SEQLENS, stride_sl, batch, slot, window, BLOCK_B: tl.constexpr, HAS_WINDOW: tl.constexpr,
                   Q_LEN: tl.constexpr, SPAN: tl.constexpr = 0):  # fmt: skip
     """(sequence, its length, ours) for grid slot `slot` of the B <= BLOCK_B sequences when the slots go longest
     first. A grid larger than the SMs can hold runs in waves, and a long sequence dispatched in the last one ends
     far after the rest (a greedy schedule's worst case); longest first is the classic fix. An even batch
     (``even_test`` over B) keeps its order: its slot's own length is loaded alongside the lengths tile, so it pays
-    one reduction over the tile. Otherwise a counting sort of the visible lengths into ORDER_BUCKETS buckets of
-    longest / ORDER_BUCKETS tokens, the longest bucket first, batch order within a bucket. ours: with SPAN > 0 (the
-    single pass of a full grid's dual-path call), ``even_batch``'s test over SPAN sequences, and no sort when it
-    fails (the planned kernels take the batch); else True. ``longest_first_order`` is the host mirror."""
+    one reduction over the tile. Otherwise ``bucket_ranks`` of the visible lengths. ours: with SPAN > 0 (the single
+    pass of a full grid's dual-path call), ``even_batch``'s test over SPAN sequences, and no sort when it fails (the
+    planned kernels take the batch); else True. ``longest_first_order`` is the host mirror."""
     own = tl.load(SEQLENS + slot * stride_sl)
     offs_b = tl.arange(0, BLOCK_B)
     valid = offs_b < batch
@@ -190,15 +211,7 @@ def longest_first(SEQLENS, stride_sl, batch, slot, window, BLOCK_B: tl.constexpr
     if SPAN:
         ours = even_test(longest, total, SPAN)
     if ours & ~even_test(longest, total, batch):
-        # bucket 0 holds the longest sequences; [buckets] sizes, and the slots before each bucket (exclusive prefix)
-        bucket = ((longest - visible) * ORDER_BUCKETS) // (longest + 1)
-        sizes = tl.histogram(bucket, ORDER_BUCKETS, mask=valid)
-        before = tl.cumsum(sizes, axis=0) - sizes
-        # the slot's bucket: the last one starting at or before it; then its rank among that bucket's sequences
-        mine = tl.sum((before <= slot).to(tl.int32), axis=0) - 1
-        rank = slot - tl.max(tl.where(before <= slot, before, 0), axis=0)
-        member = (bucket == mine) & valid
-        seq = tl.sum((tl.cumsum(member.to(tl.int32), axis=0) <= rank).to(tl.int32), axis=0)
+        seq = tl.sum(bucket_ranks(visible, valid, tl.full([1], slot, tl.int32)), axis=0)
         seqlen = tl.sum(tl.where(offs_b == seq, lens, 0), axis=0)
     return seq, seqlen, ours
 
@@ -213,9 +226,14 @@ def longest_first_order(seqlens, window_left=None, q_len=1) -> list[int]:
     visible = visible_lengths(seqlens, window_left, q_len)
     if not visible or even_lengths(visible):
         return list(range(len(seqlens)))
-    longest = max(visible)
-    buckets = [(longest - n) * ORDER_BUCKETS.value // (longest + 1) for n in visible]
-    return sorted(range(len(seqlens)), key=lambda b: (buckets[b], b))
+    return bucket_order(visible)
+
+
+def bucket_order(lengths) -> list[int]:
+    """``bucket_ranks``'s order on the host: the indices of ``lengths``, longest bucket first, index order within."""
+    longest = max(lengths, default=0)
+    buckets = [(longest - n) * ORDER_BUCKETS.value // (longest + 1) for n in lengths]
+    return sorted(range(len(lengths)), key=lambda b: (buckets[b], b))
 
 
 def even_lengths(seqlens, window_left=None, q_len=1, long_mean=0, span=0) -> bool:

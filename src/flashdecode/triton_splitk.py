@@ -14,7 +14,8 @@ Two ways to cut, one kernel:
 
 * planned (``num_splits=None``): a one-launch planner kernel reads the B lengths and writes the cut: one chunk size C
   for the batch, picked from BLOCK_N * 2^k by a cost model of waves per SM (``_chunk_layout``); sequence b gets
-  max(ceil(L_b / C), 1) chunks (an empty one: one empty chunk), numbered consecutively (a prefix sum). A long
+  max(ceil(L_b / C), 1) chunks (an empty one: one empty chunk), numbered consecutively (a prefix sum), and, for an
+  uneven batch, dispatched longest first (``dispatch_chunks``: every full chunk, then the last ones). A long
   sequence among short ones gets many chunks, the short ones one each, and a batch that already fills the GPU keeps
   one chunk per sequence. The grid has ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM
   count, never from the cache's capacity, read by no host code, so one CUDA graph serves every length. A sequence
@@ -67,10 +68,14 @@ from .triton_common import (
     PREFETCH_TILE_PER_SM,
     Features,
     attend_group,
+    bucket_order,
+    bucket_ranks,
     cache_offsets_fit_int32,
     cdiv,
     chain_pdl,
     dot_in_fp32,
+    even_lengths,
+    even_test,
     group_rows,
     launch_config,
     let_next_start,
@@ -81,6 +86,7 @@ from .triton_common import (
     use_pdl,
     uses_prefetch_tile,
     uses_tile,
+    visible_lengths,
     wait_for_previous,
     window_start,
     window_starts,
@@ -132,6 +138,11 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
+# the planner dispatches an uneven batch's chunks longest first (``dispatch_chunks``). False: in sequence order
+PLANNER_ORDER = True
+# ...and deals each sequence's tiles evenly to its chunks (``chunk_bounds``). False: chunks of the planned size and
+# a shorter last one
+PLANNER_EQUAL = True
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
 # planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
@@ -312,19 +323,70 @@ def _chunk_layout(
 
 
 @triton.jit
+def chunk_bounds(first_token, visible, k, n, chunk, BLOCK_N: tl.constexpr, EQUAL: tl.constexpr):
+    """[start, end) of chunk k of a sequence's n chunks over its visible tokens [first_token, first_token +
+    visible): ``chunk`` tokens each from the start, the last one the rest; EQUAL: its T tiles dealt evenly, chunk k
+    taking tiles [k * T / n, (k + 1) * T / n) (sizes differ by at most a tile, as fixed splits; n chunks of
+    ``chunk`` tokens cover the sequence, so these do too, none longer)."""
+    if EQUAL:
+        # n >= 1 (callers clamp an unused slot's 0); a constexpr n divides by a multiply and a shift
+        tiles = tl.cdiv(visible, BLOCK_N)
+        start = first_token + (k * tiles // n) * BLOCK_N
+        end = first_token + ((k + 1) * tiles // n) * BLOCK_N
+    else:
+        start = first_token + k * chunk
+        end = start + chunk
+    return start, tl.minimum(end, first_token + visible)
+
+
+@triton.jit
+def dispatch_chunks(
+    slots, chunk, n, incl, visible, batch, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, ORDER: tl.constexpr,
+    EQUAL: tl.constexpr,
+):  # fmt: skip
+    """The planned grid's dispatch order: (sequence, chunk index within it) of each grid slot in ``slots`` [BLOCK_I],
+    for a cut of n [BLOCK_B] chunks of ``chunk`` tokens per sequence (incl: their inclusive prefix sum; visible: the
+    visible lengths). In sequence order (ORDER off, or an even batch: ``even_test`` over B) slot i holds chunk i.
+    Otherwise longest first: every sequence's full chunks (all but its last, ``chunk`` tokens each), in sequence
+    order, then each sequence's last chunk (the rest of it, at most ``chunk`` tokens) by ``bucket_ranks``, so that a
+    grid that runs in waves ends on its shortest programs instead of on a long sequence's chunks (sequence order puts
+    them wherever the sequence sits). Slots past the chunks get a sequence >= B."""
+    offs_b = tl.arange(0, BLOCK_B)
+    seq = tl.sum((incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
+    k = slots - tl.sum(tl.where(offs_b[None, :] == seq[:, None], (incl - n)[None, :], 0), axis=1)
+    if ORDER:
+        if not even_test(tl.max(visible, axis=0), tl.sum(visible.to(tl.int64), axis=0), batch):
+            valid = n > 0
+            full = tl.where(valid, n - 1, 0)
+            full_incl = tl.cumsum(full, axis=0)
+            num_full = tl.sum(full, axis=0)
+            is_full = slots < num_full
+            seq_full = tl.sum((full_incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
+            last_start, _ = chunk_bounds(0, visible, full, tl.maximum(n, 1), chunk, BLOCK_N, EQUAL)
+            seq = tl.where(is_full, seq_full, bucket_ranks(visible - last_start, valid, slots - num_full))
+            pick = offs_b[None, :] == seq[:, None]
+            k_full = slots - tl.sum(tl.where(pick, (full_incl - full)[None, :], 0), axis=1)
+            k = tl.where(is_full, k_full, tl.sum(tl.where(pick, full[None, :], 0), axis=1))
+    return seq, k
+
+
+@triton.jit
 def _plan_kernel(
     SEQLENS, PLAN, COUNTERS, num_counters, batch, tail_first, num_kv_heads, max_chunks, stride_sl, window,
     NUM_SMS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr,
     NUM_CAND: tl.constexpr, SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr,
     HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0,
-    WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0, EVEN_SPAN: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0, EVEN_SPAN: tl.constexpr = 0, ORDER: tl.constexpr = False,
+    EQUAL: tl.constexpr = False,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
-    [4, max_chunks + B]: rows (chunk's sequence or B if unused, chunk start, chunk end, -) for chunk slots, and for
-    sequence b at column max_chunks + b: (first chunk, chunk count, -, -). Also zeroes the num_counters int32
-    COUNTERS of the fused combine (``merge_if_last``). Grid: chunk slots / BLOCK_I. EVEN_B > 0 (dual-path call):
-    nothing to do when the batch is even (the single pass before it writes the output), or only the sequences from
-    tail_first on (``planned_from``)."""
+    [4, max_chunks + B]: for grid slot i < max_chunks, rows (sequence or B if unused, chunk start, chunk end, chunk id)
+    in dispatch order (``dispatch_chunks``; ORDER: longest first for an uneven batch; EQUAL: ``chunk_bounds``'s
+    equal chunks a sequence), the chunk id numbering each
+    sequence's chunks consecutively (where its partials go); for sequence b at column max_chunks + b: (first chunk
+    id, chunk count, -, -). Also zeroes the num_counters int32 COUNTERS of the fused combine (``merge_if_last``).
+    Grid: chunk slots / BLOCK_I. EVEN_B > 0 (dual-path call): nothing to do when the batch is even (the single pass
+    before it writes the output), or only the sequences from tail_first on (``planned_from``)."""
     if not EVEN_B:
         # a call's first kernel (``chain_pdl``); in a dual-path call the lengths it reads are an input, and the single
         # pass before it writes nothing it reads
@@ -343,16 +405,20 @@ def _plan_kernel(
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
-    # [BLOCK_I, BLOCK_B]: chunk i belongs to the first sequence whose inclusive count exceeds i
-    seq = tl.sum((incl[None, :] <= offs_i[:, None]).to(tl.int32), axis=1)
+    visible = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
+    seq, k = dispatch_chunks(offs_i, chunk, n, incl, visible, batch, BLOCK_B, BLOCK_N, ORDER, EQUAL)
+    seq = tl.where(offs_i < tl.sum(n, axis=0), seq, batch)
     pick = offs_b[None, :] == seq[:, None]
-    first = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1)
+    chunk_id = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1) + k
     seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
-    start = window_starts(seqlen, window, HAS_WINDOW, Q_LEN) + (offs_i - first) * chunk
+    first_token = window_starts(seqlen, window, HAS_WINDOW, Q_LEN)
+    count = tl.sum(tl.where(pick, n[None, :], 0), axis=1)
+    start, end = chunk_bounds(first_token, seqlen - first_token, k, tl.maximum(count, 1), chunk, BLOCK_N, EQUAL)
     mask_i = offs_i < max_chunks
-    tl.store(PLAN + offs_i, tl.minimum(seq, batch), mask=mask_i)
+    tl.store(PLAN + offs_i, seq, mask=mask_i)
     tl.store(PLAN + stride + offs_i, start, mask=mask_i)
-    tl.store(PLAN + 2 * stride + offs_i, tl.minimum(start + chunk, seqlen), mask=mask_i)
+    tl.store(PLAN + 2 * stride + offs_i, end, mask=mask_i)
+    tl.store(PLAN + 3 * stride + offs_i, tl.where(seq < batch, chunk_id, offs_i), mask=mask_i)
     if tl.program_id(0) == 0:
         mask_b = offs_b < batch
         tl.store(PLAN + max_chunks + offs_b, incl - n, mask=mask_b)
@@ -368,7 +434,7 @@ def inline_chunk(
     NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
@@ -384,8 +450,11 @@ def inline_chunk(
     count = tl.sum(tl.where(pick, n, 0), axis=0)
     # from the lengths already in registers: a second global load would sit on every program's critical path
     seqlen = tl.sum(tl.where(pick, seqlens, 0), axis=0)
-    start = window_start(seqlen, window, HAS_WINDOW, Q_LEN) + (chunk_id - first) * chunk
-    return seq, seqlen, start, tl.minimum(start + chunk, seqlen), first, count
+    first_token = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
+    start, end = chunk_bounds(
+        first_token, seqlen - first_token, chunk_id - first, tl.maximum(count, 1), chunk, BLOCK_N, EQUAL
+    )  # fmt: skip
+    return seq, seqlen, start, end, first, count
 
 
 @triton.jit
@@ -407,9 +476,7 @@ def fixed_chunk(
     else:
         # split s takes tiles [s * T / S, (s + 1) * T / S) of the T tiles: sizes differ by at most one tile, so any
         # S (not only a divisor of T) balances the programs
-        tiles = tl.cdiv(seqlen - first, BLOCK_N)
-        start = first + (split * tiles // NUM_SPLITS) * BLOCK_N
-        end = tl.minimum(first + ((split + 1) * tiles // NUM_SPLITS) * BLOCK_N, seqlen)
+        start, end = chunk_bounds(first, seqlen - first, split, NUM_SPLITS, 0, BLOCK_N, True)
     return seq, seqlen, start, end
 
 
@@ -421,39 +488,44 @@ def sequence_chunks(PLAN, seq, batch, max_chunks):
 
 
 @triton.jit
-def planned_chunk(PLAN, chunk_id, seq, batch, max_chunks):
-    """Planned mode: (start, end, single) of a used chunk slot of sequence seq, as _plan_kernel wrote them; single
-    when the chunk is the whole sequence (its program writes the final output)."""
+def planned_chunk(PLAN, slot, seq, batch, max_chunks):
+    """Planned mode: (start, end, single, chunk id) of a used grid slot of sequence seq, as _plan_kernel wrote them;
+    single when the chunk is the whole sequence (its program writes the final output). The loads of the slot's row
+    and of the sequence's count issue together (the count's address needs only seq)."""
     stride = max_chunks + batch
-    start = tl.load(PLAN + stride + chunk_id)
-    end = tl.load(PLAN + 2 * stride + chunk_id)
+    start = tl.load(PLAN + stride + slot)
+    end = tl.load(PLAN + 2 * stride + slot)
+    chunk_id = tl.load(PLAN + 3 * stride + slot)
     _, count = sequence_chunks(PLAN, seq, batch, max_chunks)
-    return start, end, count == 1
+    return start, end, count == 1, chunk_id
 
 
 @triton.jit
 def locate_chunk(
-    PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
+    PLAN, SEQLENS, stride_sl, slot, batch, max_chunks, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT_TOKENS: tl.constexpr = 0, HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
 ):  # fmt: skip
-    """The work of partial program chunk_id, in either mode: (seq, seqlen, start, end, single). In the planned
-    mode an unused slot has seq = B (the caller returns); single: the chunk is its whole sequence."""
+    """The work of partial program `slot` (its grid position along the chunks), in either mode: (seq, seqlen, start,
+    end, single, chunk id). In the planned mode an unused slot has seq = B (the caller returns); single: the chunk is
+    its whole sequence; chunk id: where its partials go (the plan's dispatch order maps slots to chunk ids; fixed
+    mode: the slot itself)."""
     if NUM_SPLITS > 0:
         seq, seqlen, start, end = fixed_chunk(
-            SEQLENS, stride_sl, chunk_id, batch, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
+            SEQLENS, stride_sl, slot, batch, window, NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN
         )
         single = False
+        chunk_id = slot
     else:
         # planned: the cut _plan_kernel wrote (sequence B marks an unused slot; its loads stay in bounds)
-        seq = tl.load(PLAN + chunk_id)
-        start, end, single = planned_chunk(PLAN, chunk_id, tl.minimum(seq, batch - 1), batch, max_chunks)
+        seq = tl.load(PLAN + slot)
+        start, end, single, chunk_id = planned_chunk(PLAN, slot, tl.minimum(seq, batch - 1), batch, max_chunks)
         seqlen = tl.load(SEQLENS + tl.minimum(seq, batch - 1) * stride_sl)
         # a host table (``host_table``) ends each sequence's last chunk past any length, so the call's lengths end
         # it, and a table made for other lengths stays right (a chunk past the end is empty); the planner's cut
         # already lies within them
         end = tl.minimum(end, seqlen)
         start = tl.minimum(start, end)
-    return seq, seqlen, start, end, single
+    return seq, seqlen, start, end, single, chunk_id
 
 
 @triton.jit
@@ -641,6 +713,7 @@ def _partial_kernel(
     V_T: tl.constexpr = False,
     LAST: tl.constexpr = False,
     HOST_TABLE: tl.constexpr = False,
+    EQUAL: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -661,9 +734,6 @@ def _partial_kernel(
         chunk_id = tl.program_id(0)
         head_id = tl.program_id(1)
         num_head_ids = tl.num_programs(1)
-    if HOST_TABLE:
-        # a host table's dispatch order (row 3: longest chunks first): grid position -> chunk slot
-        chunk_id = tl.load(PLAN + 3 * (max_chunks + batch) + chunk_id)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode or in place: the call's first kernel
@@ -675,11 +745,12 @@ def _partial_kernel(
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL,
         )  # fmt: skip
         single = count == 1
     else:
-        seq, seqlen, start, end, single = locate_chunk(
+        # the grid slot's chunk: chunk_id becomes where its partials go
+        seq, seqlen, start, end, single, chunk_id = locate_chunk(
             PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, window,
             NUM_SPLITS, BLOCK_N, SPLIT_TOKENS, HAS_WINDOW, Q_LEN,
         )  # fmt: skip
@@ -910,6 +981,20 @@ def chunk_size(
     return best[1]
 
 
+def dispatch_order(chunks, seqlens, window_left=None, q_len=1) -> list[int]:
+    """``dispatch_chunks``'s order on the host (tests): the index in ``chunks`` (``chunk_plan``'s cut, in chunk id
+    order) of each grid slot's chunk."""
+    visible = visible_lengths(seqlens, window_left, q_len)
+    if not PLANNER_ORDER or not visible or even_lengths(visible):
+        return list(range(len(chunks)))
+    ids = collections.defaultdict(list)
+    for i, (b, _, _) in enumerate(chunks):
+        ids[b].append(i)
+    full = [i for b in sorted(ids) for i in ids[b][:-1]]
+    lasts = [ids[b][-1] for b in sorted(ids)]
+    return full + [lasts[j] for j in bucket_order([chunks[i][2] - chunks[i][1] for i in lasts])]
+
+
 def chunk_plan(
     seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, window_left=None, q_len=1, saturation=None
 ) -> list[tuple[int, int, int]]:  # fmt: skip
@@ -920,8 +1005,14 @@ def chunk_plan(
     visible = [n - f for n, f in zip(seqlens, firsts)]
     chunk = chunk_size(visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation)
     # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf)
-    starts = [range(f, n, chunk) if n > f else [f] for n, f in zip(seqlens, firsts)]
-    return [(b, s, min(s + chunk, n)) for b, (n, ss) in enumerate(zip(seqlens, starts)) for s in ss]
+    plan = []
+    for b, (n, f) in enumerate(zip(seqlens, firsts)):
+        count = max(cdiv(n - f, chunk), 1)
+        if PLANNER_EQUAL:
+            plan += [(b, lo, hi) for lo, hi in split_bounds(n, count, block_n, f)]
+        else:
+            plan += [(b, s, min(s + chunk, n)) for s in (range(f, n, chunk) if n > f else [f])]
+    return plan
 
 
 # a host table's candidate chunk lengths, in tiles: ceil(HOST_CHUNK_RATIO^i) and the planner's powers of two, up to
@@ -979,21 +1070,19 @@ def host_candidates(t_max: int) -> list[int]:
 
 def host_table(visible, counts, block_n: int) -> list[list[int]]:
     """The planned mode's table [4, chunks + B] (``_plan_kernel``'s layout) of a cut made on the host: sequence b's
-    counts[b] chunks split its tiles evenly (sizes differ by at most a tile), its last chunk ending at OPEN_END; row 3
-    holds the dispatch order, longest chunks first (the partial kernel's HOST_TABLE), so that the grid's last
-    programs are its shortest."""
-    seqs, starts, ends, sizes, firsts = [], [], [], [], []
+    counts[b] chunks split its tiles evenly (sizes differ by at most a tile), its last chunk ending at OPEN_END, chunk
+    ids numbering each sequence's chunks consecutively; the grid slots (rows 0-3) go longest chunk first, so that the
+    grid's last programs are its shortest."""
+    chunks, firsts = [], []
     for b, (n, count) in enumerate(zip(visible, counts)):
         tiles = cdiv(n, block_n)
-        firsts.append(len(seqs))
+        firsts.append(len(chunks))
         for s in range(count):
             lo, hi = s * tiles // count * block_n, (s + 1) * tiles // count * block_n
-            seqs.append(b)
-            starts.append(lo)
-            ends.append(OPEN_END if s == count - 1 else hi)
-            sizes.append(min(hi, n) - lo)
-    order = sorted(range(len(seqs)), key=lambda i: -sizes[i])
+            chunks.append((b, lo, OPEN_END if s == count - 1 else hi, min(hi, n) - lo))
+    order = sorted(range(len(chunks)), key=lambda i: -chunks[i][3])
     pad = [0] * len(visible)
+    seqs, starts, ends = ([chunks[i][j] for i in order] for j in range(3))
     return [seqs + firsts, starts + list(counts), ends + pad, order + pad]
 
 
@@ -1031,7 +1120,8 @@ def launch_plan(
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, BLOCK_I=block_i,
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
         EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and (dual_path or chain) else {}),
-        WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean, EVEN_SPAN=even_span,
+        WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean, EVEN_SPAN=even_span, ORDER=PLANNER_ORDER,
+        EQUAL=PLANNER_EQUAL,
     )  # fmt: skip
     return plan
 
@@ -1373,7 +1463,7 @@ def decode_splitk(
         **fargs, **cfg,
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
-        V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host,
+        V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,

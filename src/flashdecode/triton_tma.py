@@ -204,11 +204,11 @@ def _tma_partial_kernel(
     WARP_SPEC: tl.constexpr = False,
 ):
     BLOCK_N: tl.constexpr = PAGES_PER_TILE * PAGE_SIZE
-    chunk_id = tl.program_id(0)
     kv_head = tl.program_id(1)
     num_q_heads = GROUP * tl.num_programs(1)
-    seq, _, start, end, single = locate_chunk(
-        PLAN, SEQLENS, stride_sl, chunk_id, batch, max_chunks, 0, NUM_SPLITS, BLOCK_N
+    # grid slot -> its chunk, and the chunk id its partials go to
+    seq, _, start, end, single, chunk_id = locate_chunk(
+        PLAN, SEQLENS, stride_sl, tl.program_id(0), batch, max_chunks, 0, NUM_SPLITS, BLOCK_N
     )
     if seq >= batch:
         return
