@@ -93,9 +93,9 @@ compile_sm90(triton_splitk._plan_kernel, dict(
     Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64, WAVE_SAT=0, LONG_MEAN=1024))
 compile_sm90(triton_splitk._plan_kernel, dict(
     BLOCK_B=128, BLOCK_N=32, LOG2_BLOCK_N=5, NUM_CAND=16, SATURATION=4, OVERHEAD=64, BLOCK_I=4, HAS_WINDOW=False,
-    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=128, WAVE_SAT=3, LONG_MEAN=0, EVEN_SPAN=66))
+    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=128, WAVE_SAT=3, LONG_MEAN=0, EVEN_SPAN=66, ORDER=True, EQUAL=True))
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64, EVEN_B=256, LONG_MEAN=1024),
-              dict(NUM_SPLITS=0, EVEN_B=16, **INLINE, **PREFETCH)):
+              dict(NUM_SPLITS=0, EVEN_B=16, EQUAL=True, **INLINE, **PREFETCH)):
     compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra})
 COMBINE = dict(NUM_SPLITS=0, HEAD_DIM=128, BLOCK_S=256, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, USE_PDL=True,
                MERGED_MAX=64, NUM_SMS=132, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=16, LOG2_BLOCK_N=4, NUM_CAND=1,
