@@ -2,8 +2,8 @@
 slots per program and warps (``triton_splitk.planner_shape``). Writes $OUT/plan.jsonl, prints a table last.
 
     python scripts/plan_probe.py           # the shapes
-    python scripts/plan_probe.py order     # the rule's shape, without and with the dispatch order and equal chunks
-                                           # (PLANNER_ORDER, PLANNER_EQUAL), on uneven and even batches
+    python scripts/plan_probe.py order     # without and with the dispatch order and equal chunks (PLANNER_ORDER,
+                                           # PLANNER_EQUAL), at the rule's shape and wider ones
 """
 
 import itertools
@@ -57,26 +57,39 @@ def main():
 
 
 def order():
+    """The planner with the rule's shape in sequence order, then ordered with equal chunks at the rule's shape and at
+    more warps and slots a program (uneven batches pay for the order in every program)."""
     g = random.Random(3)
     batches = [([131072] + [1024] * 63, 8), ([g.randint(100, 8000) for _ in range(200)], 2),
                ([g.randint(256, 2048) for _ in range(120)] + [g.randint(16384, 32768) for _ in range(8)], 8),
+               ([g.randint(256, 16000) for _ in range(48)], 8), ([g.randint(1272, 7827) for _ in range(24)], 4),
                ([g.randint(500, 3000) for _ in range(512)], 8), ([1024] * 64, 2), ([256] * 256, 2)]  # fmt: skip
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    settings = [("seq", False, False), ("ordered", True, False), ("ord+equal", True, True)]
-    print(f"{'batch':<22}" + "".join(f"{name:>11}" for name, _, _ in settings))
+    rule = sk.planner_shape
+    names = ["seq", "ordered", "x2 warps", "x4 warps", "x2 slots", "x4 slots"]
+    print(f"{'batch':<22}{'shape':>8}" + "".join(f"{name:>10}" for name in names))
     for lens, hkv in batches:
         seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
         slots = sk.grid_chunks(len(lens), hkv, sms)
         num_cand = sk.num_candidates(max(lens), 64)
-        times = []
-        for _, sk.PLANNER_ORDER, sk.PLANNER_EQUAL in settings:
+        block_i, warps = rule(sk.next_power_of_2(len(lens)))
+        shapes = [(block_i, warps), (block_i, warps), (block_i, min(4, 2 * warps)), (block_i, 4),
+                  (min(64, 2 * block_i), 4), (min(64, 4 * block_i), 4)]  # fmt: skip
+        times, ref = [], None
+        for i, shape in enumerate(shapes):
+            sk.PLANNER_ORDER = sk.PLANNER_EQUAL = i > 0
+            sk.planner_shape = lambda block_b, shape=shape: shape
 
             def fn():
                 return sk.launch_plan(seqlens, hkv, sms, slots, 64, num_cand, sk.SATURATION_PER_SM, False, Features())
 
-            fn()
+            plan = fn()
+            ref = plan if i == 1 else ref
+            assert i < 2 or torch.equal(plan[:, :slots], ref[:, :slots])
             times.append(do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3)
-        print(f"{f'{len(lens)} x {min(lens)}..{max(lens)}':<22}" + "".join(f"{t:>11.2f}" for t in times), flush=True)
+        label = f"{len(lens)} x {min(lens)}..{max(lens)}"
+        print(f"{label:<22}{f'{block_i}/{warps}':>8}" + "".join(f"{t:>10.2f}" for t in times), flush=True)
+    sk.planner_shape = rule
 
 
 if __name__ == "__main__":

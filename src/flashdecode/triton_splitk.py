@@ -287,7 +287,8 @@ def _chunk_layout(
     max L) + OVERHEAD): a batch cut into slightly more programs than fit at once pays for its second wave. The
     cheapest feasible candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a
     compile-time constant (one per device), so the division by it is a multiply and a shift.
-    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B]).
+    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B],
+    uneven: the cut sequences fail ``even_test``, so the planner orders their chunks and evens them out).
     """
     offs_b = tl.arange(0, BLOCK_B)
     mine = (offs_b >= first_seq) & (offs_b < batch)
@@ -303,7 +304,8 @@ def _chunk_layout(
     count = tl.sum(per_seq, axis=1).to(tl.int64)
     per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
     # an SM's programs one after another, each of the mean chunk length, or one resident set of the longest chunk
-    mean = tl.cdiv(tl.sum(lens.to(tl.int64), axis=0), tl.maximum(count, 1))
+    total = tl.sum(lens.to(tl.int64), axis=0)
+    mean = tl.cdiv(total, tl.maximum(count, 1))
     longest = (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     if WAVE_SAT:
         # waves of SATURATION resident programs; a partial last wave of r < WAVE_SAT runs at r / WAVE_SAT of the
@@ -319,7 +321,8 @@ def _chunk_layout(
     k_best = NUM_CAND - 1 - (tl.min(key, axis=0) % NUM_CAND)
     chunk = BLOCK_N << k_best.to(tl.int32)
     n = tl.where(mine, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
-    return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens
+    uneven = ~even_test(max_len, total, batch - first_seq)
+    return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens, uneven
 
 
 @triton.jit
@@ -341,33 +344,26 @@ def chunk_bounds(first_token, visible, k, n, chunk, BLOCK_N: tl.constexpr, EQUAL
 
 @triton.jit
 def dispatch_chunks(
-    slots, chunk, n, incl, visible, batch, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, ORDER: tl.constexpr,
-    EQUAL: tl.constexpr,
+    slots, chunk, n, incl, visible, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, EQUAL: tl.constexpr,
 ):  # fmt: skip
-    """The planned grid's dispatch order: (sequence, chunk index within it) of each grid slot in ``slots`` [BLOCK_I],
-    for a cut of n [BLOCK_B] chunks of ``chunk`` tokens per sequence (incl: their inclusive prefix sum; visible: the
-    visible lengths). In sequence order (ORDER off, or an even batch: ``even_test`` over B) slot i holds chunk i.
-    Otherwise longest first: every sequence's full chunks (all but its last, ``chunk`` tokens each), in sequence
-    order, then each sequence's last chunk (the rest of it, at most ``chunk`` tokens) by ``bucket_ranks``, so that a
-    grid that runs in waves ends on its shortest programs instead of on a long sequence's chunks (sequence order puts
-    them wherever the sequence sits). Slots past the chunks get a sequence >= B."""
+    """An uneven batch's dispatch order, longest first: (sequence, chunk index within it) of each grid slot in
+    ``slots`` [BLOCK_I], for a cut of n [BLOCK_B] chunks per sequence (``chunk_bounds`` of ``chunk`` tokens, EQUAL
+    as there; visible: the visible lengths). Every sequence's chunks but its last (the longest: ``chunk`` tokens, or
+    with EQUAL at least as long as the last), in sequence order, then each sequence's last chunk by ``bucket_ranks``,
+    so that a grid that runs in waves ends on its shortest programs instead of on a long sequence's chunks (sequence
+    order puts them wherever the sequence sits). Chunk ids stay in sequence order (``_plan_kernel``)."""
     offs_b = tl.arange(0, BLOCK_B)
-    seq = tl.sum((incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
-    k = slots - tl.sum(tl.where(offs_b[None, :] == seq[:, None], (incl - n)[None, :], 0), axis=1)
-    if ORDER:
-        if not even_test(tl.max(visible, axis=0), tl.sum(visible.to(tl.int64), axis=0), batch):
-            valid = n > 0
-            full = tl.where(valid, n - 1, 0)
-            full_incl = tl.cumsum(full, axis=0)
-            num_full = tl.sum(full, axis=0)
-            is_full = slots < num_full
-            seq_full = tl.sum((full_incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
-            last_start, _ = chunk_bounds(0, visible, full, tl.maximum(n, 1), chunk, BLOCK_N, EQUAL)
-            seq = tl.where(is_full, seq_full, bucket_ranks(visible - last_start, valid, slots - num_full))
-            pick = offs_b[None, :] == seq[:, None]
-            k_full = slots - tl.sum(tl.where(pick, (full_incl - full)[None, :], 0), axis=1)
-            k = tl.where(is_full, k_full, tl.sum(tl.where(pick, full[None, :], 0), axis=1))
-    return seq, k
+    valid = n > 0
+    full = tl.where(valid, n - 1, 0)
+    full_incl = tl.cumsum(full, axis=0)
+    num_full = tl.sum(full, axis=0)
+    is_full = slots < num_full
+    seq_full = tl.sum((full_incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
+    last_start, _ = chunk_bounds(0, visible, full, tl.maximum(n, 1), chunk, BLOCK_N, EQUAL)
+    seq = tl.where(is_full, seq_full, bucket_ranks(visible - last_start, valid, slots - num_full))
+    pick = offs_b[None, :] == seq[:, None]
+    k_full = slots - tl.sum(tl.where(pick, (full_incl - full)[None, :], 0), axis=1)
+    return seq, tl.where(is_full, k_full, tl.sum(tl.where(pick, full[None, :], 0), axis=1))
 
 
 @triton.jit
@@ -381,8 +377,8 @@ def _plan_kernel(
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: for grid slot i < max_chunks, rows (sequence or B if unused, chunk start, chunk end, chunk id)
-    in dispatch order (``dispatch_chunks``; ORDER: longest first for an uneven batch; EQUAL: ``chunk_bounds``'s
-    equal chunks a sequence), the chunk id numbering each
+    in dispatch order (ORDER: an uneven batch's longest first, ``dispatch_chunks``; else chunk id order; EQUAL: an
+    uneven batch's chunks even within each sequence, ``chunk_bounds``), the chunk id numbering each
     sequence's chunks consecutively (where its partials go); for sequence b at column max_chunks + b: (first chunk
     id, chunk count, -, -). Also zeroes the num_counters int32 COUNTERS of the fused combine (``merge_if_last``).
     Grid: chunk slots / BLOCK_I. EVEN_B > 0 (dual-path call): nothing to do when the batch is even (the single pass
@@ -399,21 +395,29 @@ def _plan_kernel(
         )  # fmt: skip
         if first_seq < 0:
             return
-    chunk, n, incl, offs_b, lens = _chunk_layout(
+    chunk, n, incl, offs_b, lens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
-    visible = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
-    seq, k = dispatch_chunks(offs_i, chunk, n, incl, visible, batch, BLOCK_B, BLOCK_N, ORDER, EQUAL)
+    # [BLOCK_I, BLOCK_B]: in sequence order, slot i holds chunk i, of the first sequence whose inclusive count exceeds i
+    seq = tl.sum((incl[None, :] <= offs_i[:, None]).to(tl.int32), axis=1)
+    k = offs_i - tl.sum(tl.where(offs_b[None, :] == seq[:, None], (incl - n)[None, :], 0), axis=1)
+    if ORDER:
+        if uneven:
+            visible = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
+            seq, k = dispatch_chunks(offs_i, chunk, n, incl, visible, BLOCK_B, BLOCK_N, EQUAL)
     seq = tl.where(offs_i < tl.sum(n, axis=0), seq, batch)
     pick = offs_b[None, :] == seq[:, None]
     chunk_id = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1) + k
     seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
     first_token = window_starts(seqlen, window, HAS_WINDOW, Q_LEN)
-    count = tl.sum(tl.where(pick, n[None, :], 0), axis=1)
-    start, end = chunk_bounds(first_token, seqlen - first_token, k, tl.maximum(count, 1), chunk, BLOCK_N, EQUAL)
+    start, end = chunk_bounds(first_token, seqlen - first_token, k, 1, chunk, BLOCK_N, False)
+    if EQUAL:
+        if uneven:
+            count = tl.maximum(tl.sum(tl.where(pick, n[None, :], 0), axis=1), 1)
+            start, end = chunk_bounds(first_token, seqlen - first_token, k, count, chunk, BLOCK_N, True)
     mask_i = offs_i < max_chunks
     tl.store(PLAN + offs_i, seq, mask=mask_i)
     tl.store(PLAN + stride + offs_i, start, mask=mask_i)
@@ -440,7 +444,7 @@ def inline_chunk(
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
     sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
     writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
-    chunk, n, incl, offs_b, seqlens = _chunk_layout(
+    chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
@@ -451,9 +455,12 @@ def inline_chunk(
     # from the lengths already in registers: a second global load would sit on every program's critical path
     seqlen = tl.sum(tl.where(pick, seqlens, 0), axis=0)
     first_token = window_start(seqlen, window, HAS_WINDOW, Q_LEN)
-    start, end = chunk_bounds(
-        first_token, seqlen - first_token, chunk_id - first, tl.maximum(count, 1), chunk, BLOCK_N, EQUAL
-    )  # fmt: skip
+    start, end = chunk_bounds(first_token, seqlen - first_token, chunk_id - first, 1, chunk, BLOCK_N, False)
+    if EQUAL:
+        if uneven:
+            start, end = chunk_bounds(
+                first_token, seqlen - first_token, chunk_id - first, tl.maximum(count, 1), chunk, BLOCK_N, True
+            )  # fmt: skip
     return seq, seqlen, start, end, first, count
 
 
@@ -1004,11 +1011,13 @@ def chunk_plan(
     firsts = [visible_start(n, window_left, q_len) for n in seqlens]
     visible = [n - f for n, f in zip(seqlens, firsts)]
     chunk = chunk_size(visible, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation)
-    # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf)
+    # an empty sequence keeps one empty chunk (its program writes out = 0, lse = -inf); an uneven batch's chunks are
+    # even within each sequence
+    equal = PLANNER_EQUAL and bool(visible) and not even_lengths(visible)
     plan = []
     for b, (n, f) in enumerate(zip(seqlens, firsts)):
         count = max(cdiv(n - f, chunk), 1)
-        if PLANNER_EQUAL:
+        if equal:
             plan += [(b, lo, hi) for lo, hi in split_bounds(n, count, block_n, f)]
         else:
             plan += [(b, s, min(s + chunk, n)) for s in (range(f, n, chunk) if n > f else [f])]
