@@ -350,7 +350,7 @@ def test_planner_kernel_writes_the_mirrors_cut(batch, spread, device):
     id) per used grid slot, unused slots marked with sequence B, and each sequence's first chunk and chunk count. An
     uneven batch goes longest first (every full chunk, then the last ones, longest bucket first); an even one (lengths
     2000..2999) in chunk order."""
-    from flashdecode.triton_splitk import SATURATION_PER_SM, dispatch_order, launch_plan
+    from flashdecode.triton_splitk import SATURATION_PER_SM, chunk_size, dispatch_order, launch_plan
 
     g = torch.Generator().manual_seed(batch)
     lens = torch.randint(0, 3000, (batch,), generator=g) if spread else torch.randint(2000, 3000, (batch,), generator=g)
@@ -361,7 +361,7 @@ def test_planner_kernel_writes_the_mirrors_cut(batch, spread, device):
     slots, num_cand = grid_chunks(batch, hkv, sms), num_candidates(3000, block_n)
     plan = launch_plan(lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM).cpu()
     expect = chunk_plan(lens.tolist(), hkv, sms, slots, block_n, num_cand)
-    order = dispatch_order(expect, lens.tolist())
+    order = dispatch_order(lens.tolist(), chunk_size(lens.tolist(), hkv, sms, slots, block_n, num_cand))
     assert sorted(order) == list(range(len(expect)))
     assert (order != list(range(len(expect)))) == (spread and batch > 1)
     assert [tuple(plan[:4, i].tolist()) for i in range(len(expect))] == [expect[i] + (i,) for i in order]

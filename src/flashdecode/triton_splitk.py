@@ -349,9 +349,11 @@ def dispatch_chunks(
     """An uneven batch's dispatch order, longest first: (sequence, chunk index within it) of each grid slot in
     ``slots`` [BLOCK_I], for a cut of n [BLOCK_B] chunks per sequence (``chunk_bounds`` of ``chunk`` tokens, EQUAL
     as there; visible: the visible lengths). Every sequence's chunks but its last (the longest: ``chunk`` tokens, or
-    with EQUAL at least as long as the last), in sequence order, then each sequence's last chunk by ``bucket_ranks``,
-    so that a grid that runs in waves ends on its shortest programs instead of on a long sequence's chunks (sequence
-    order puts them wherever the sequence sits). Chunk ids stay in sequence order (``_plan_kernel``)."""
+    with EQUAL at least as long as the last), in sequence order, then each sequence's last chunk by ``bucket_ranks``
+    of its length (with EQUAL, a sequence of several chunks counts as ``chunk``: its chunks are longer than half of
+    that and the single ones no longer, and no division), so that a grid that runs in waves ends on its shortest
+    programs instead of on a long sequence's chunks (sequence order puts them wherever the sequence sits). Chunk ids
+    stay in sequence order (``_plan_kernel``); ``dispatch_order`` is the host mirror."""
     offs_b = tl.arange(0, BLOCK_B)
     valid = n > 0
     full = tl.where(valid, n - 1, 0)
@@ -359,8 +361,8 @@ def dispatch_chunks(
     num_full = tl.sum(full, axis=0)
     is_full = slots < num_full
     seq_full = tl.sum((full_incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
-    last_start, _ = chunk_bounds(0, visible, full, tl.maximum(n, 1), chunk, BLOCK_N, EQUAL)
-    seq = tl.where(is_full, seq_full, bucket_ranks(visible - last_start, valid, slots - num_full))
+    last = tl.minimum(visible, chunk) if EQUAL else visible - full * chunk
+    seq = tl.where(is_full, seq_full, bucket_ranks(last, valid, slots - num_full))
     pick = offs_b[None, :] == seq[:, None]
     k_full = slots - tl.sum(tl.where(pick, (full_incl - full)[None, :], 0), axis=1)
     return seq, tl.where(is_full, k_full, tl.sum(tl.where(pick, full[None, :], 0), axis=1))
@@ -988,18 +990,21 @@ def chunk_size(
     return best[1]
 
 
-def dispatch_order(chunks, seqlens, window_left=None, q_len=1) -> list[int]:
-    """``dispatch_chunks``'s order on the host (tests): the index in ``chunks`` (``chunk_plan``'s cut, in chunk id
-    order) of each grid slot's chunk."""
+def dispatch_order(seqlens, chunk: int, window_left=None, q_len=1) -> list[int]:
+    """``dispatch_chunks``'s order on the host (tests): the chunk id of each grid slot's chunk, for the planner's cut
+    of these lengths into chunks of ``chunk`` tokens (``chunk_size``; chunk ids number each sequence's chunks
+    consecutively, in sequence order)."""
     visible = visible_lengths(seqlens, window_left, q_len)
+    counts = [max(cdiv(n, chunk), 1) for n in visible]
+    firsts = [sum(counts[:b]) for b in range(len(counts))]
     if not PLANNER_ORDER or not visible or even_lengths(visible):
-        return list(range(len(chunks)))
-    ids = collections.defaultdict(list)
-    for i, (b, _, _) in enumerate(chunks):
-        ids[b].append(i)
-    full = [i for b in sorted(ids) for i in ids[b][:-1]]
-    lasts = [ids[b][-1] for b in sorted(ids)]
-    return full + [lasts[j] for j in bucket_order([chunks[i][2] - chunks[i][1] for i in lasts])]
+        return list(range(sum(counts)))
+    full = [firsts[b] + j for b, count in enumerate(counts) for j in range(count - 1)]
+    if PLANNER_EQUAL:
+        lasts = [min(n, chunk) for n in visible]
+    else:
+        lasts = [n - (count - 1) * chunk for n, count in zip(visible, counts)]
+    return full + [firsts[b] + counts[b] - 1 for b in bucket_order(lasts)]
 
 
 def chunk_plan(
