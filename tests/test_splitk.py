@@ -361,7 +361,7 @@ def test_planner_kernel_writes_the_mirrors_cut(batch, spread, device):
     slots, num_cand = grid_chunks(batch, hkv, sms), num_candidates(3000, block_n)
     plan = launch_plan(lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM).cpu()
     expect = chunk_plan(lens.tolist(), hkv, sms, slots, block_n, num_cand)
-    order = dispatch_order(lens.tolist(), chunk_size(lens.tolist(), hkv, sms, slots, block_n, num_cand))
+    order = dispatch_order(lens.tolist(), chunk_size(lens.tolist(), hkv, sms, slots, block_n, num_cand), block_n)
     assert sorted(order) == list(range(len(expect)))
     assert (order != list(range(len(expect)))) == (spread and batch > 1)
     assert [tuple(plan[:4, i].tolist()) for i in range(len(expect))] == [expect[i] + (i,) for i in order]

@@ -350,10 +350,11 @@ def dispatch_chunks(
     ``slots`` [BLOCK_I], for a cut of n [BLOCK_B] chunks per sequence (``chunk_bounds`` of ``chunk`` tokens, EQUAL
     as there; visible: the visible lengths). Every sequence's chunks but its last (the longest: ``chunk`` tokens, or
     with EQUAL at least as long as the last), in sequence order, then each sequence's last chunk by ``bucket_ranks``
-    of its length (with EQUAL, a sequence of several chunks counts as ``chunk``: its chunks are longer than half of
-    that and the single ones no longer, and no division), so that a grid that runs in waves ends on its shortest
-    programs instead of on a long sequence's chunks (sequence order puts them wherever the sequence sits). Chunk ids
-    stay in sequence order (``_plan_kernel``); ``dispatch_order`` is the host mirror."""
+    of its length, so that a grid that runs in waves ends on its shortest programs instead of on a long sequence's
+    chunks (sequence order puts them wherever the sequence sits). Ranked as ``chunk`` instead, with EQUAL, the
+    several-chunk sequences' last chunks lost 4-6% on the H200 (scripts/order_probe.py --variants planner at
+    05793bc against ef2f631: 200 x 100..8000 12/2 199.6 -> 207.5 µs, 48 x 256..16000 32/8 374.0 -> 397.8). Chunk
+    ids stay in sequence order (``_plan_kernel``); ``dispatch_order`` is the host mirror."""
     offs_b = tl.arange(0, BLOCK_B)
     valid = n > 0
     full = tl.where(valid, n - 1, 0)
@@ -361,8 +362,8 @@ def dispatch_chunks(
     num_full = tl.sum(full, axis=0)
     is_full = slots < num_full
     seq_full = tl.sum((full_incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
-    last = tl.minimum(visible, chunk) if EQUAL else visible - full * chunk
-    seq = tl.where(is_full, seq_full, bucket_ranks(last, valid, slots - num_full))
+    last_start, _ = chunk_bounds(0, visible, full, tl.maximum(n, 1), chunk, BLOCK_N, EQUAL)
+    seq = tl.where(is_full, seq_full, bucket_ranks(visible - last_start, valid, slots - num_full))
     pick = offs_b[None, :] == seq[:, None]
     k_full = slots - tl.sum(tl.where(pick, (full_incl - full)[None, :], 0), axis=1)
     return seq, tl.where(is_full, k_full, tl.sum(tl.where(pick, full[None, :], 0), axis=1))
@@ -990,7 +991,7 @@ def chunk_size(
     return best[1]
 
 
-def dispatch_order(seqlens, chunk: int, window_left=None, q_len=1) -> list[int]:
+def dispatch_order(seqlens, chunk: int, block_n: int, window_left=None, q_len=1) -> list[int]:
     """``dispatch_chunks``'s order on the host (tests): the chunk id of each grid slot's chunk, for the planner's cut
     of these lengths into chunks of ``chunk`` tokens (``chunk_size``; chunk ids number each sequence's chunks
     consecutively, in sequence order)."""
@@ -1001,7 +1002,7 @@ def dispatch_order(seqlens, chunk: int, window_left=None, q_len=1) -> list[int]:
         return list(range(sum(counts)))
     full = [firsts[b] + j for b, count in enumerate(counts) for j in range(count - 1)]
     if PLANNER_EQUAL:
-        lasts = [min(n, chunk) for n in visible]
+        lasts = [n - split_bounds(n, count, block_n)[-1][0] for n, count in zip(visible, counts)]
     else:
         lasts = [n - (count - 1) * chunk for n, count in zip(visible, counts)]
     return full + [firsts[b] + counts[b] - 1 for b in bucket_order(lasts)]
