@@ -74,8 +74,9 @@ FP8_LONG_MIN_TOKENS = 0
 MHA_LONG_MIN_TOKENS = 4096
 MHA_LONG_MIN_FILL = 0.9
 # an uneven batch (no window) is cut on the host (triton_splitk.host_cut: equal chunks a sequence, any multiple of a
-# tile, dispatched longest first) and its table uploaded with the plan, instead of the device planner's cut (powers
-# of two, sequence order) or, where the shapes pick the single pass, a single pass in sequence order. False: off
+# tile, dispatched longest first) and its table uploaded with the plan, instead of the device planner's cut (chunks
+# of a power of two tiles, made equal a sequence and ordered longest first on the device since ef2f631, with a
+# planner launch) or, where the shapes pick the single pass, a single pass in sequence order. False: off
 HOST_TABLE = True
 
 

@@ -138,10 +138,13 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
-# the planner dispatches an uneven batch's chunks longest first (``dispatch_chunks``). False: in sequence order
+# the planner dispatches an uneven batch's chunks longest first (``dispatch_chunks``). False: in sequence order.
+# H200 (scripts/order_probe.py --variants planner at ef2f631, `auto`, graph µs): long tails 120 x 256..2048 + 8 x
+# 16k..32k 32/8 389.4 -> 324.0, 240 x ... + 16 x ... 12/2 205.0 -> 182.1; ragged 192.3 -> 193.7 (the planner's cost)
 PLANNER_ORDER = True
-# ...and deals each sequence's tiles evenly to its chunks (``chunk_bounds``). False: chunks of the planned size and
-# a shorter last one
+# ...and deals each uneven batch's sequence tiles evenly to its chunks (``chunk_bounds``). False: chunks of the planned
+# size and a shorter last one. Same probe, with the order: 48 x 256..16000 32/8 426.1 -> 374.0, 200 x 100..8000 12/2
+# 222.2 -> 199.6; the long tails 1-2.5% slower (docs/design.md, "The device planner's order and equal chunks")
 PLANNER_EQUAL = True
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
