@@ -349,7 +349,7 @@ def chunk_bounds(first_token, visible, k, n, chunk, BLOCK_N: tl.constexpr, EQUAL
 def dispatch_chunks(
     slots, chunk, n, incl, visible, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, EQUAL: tl.constexpr,
 ):  # fmt: skip
-    """An uneven batch's dispatch order, longest first: (sequence, chunk index within it) of each grid slot in
+    """An uneven batch's dispatch order, longest first: (sequence, chunk id) of each grid slot in
     ``slots`` [BLOCK_I], for a cut of n [BLOCK_B] chunks per sequence (``chunk_bounds`` of ``chunk`` tokens, EQUAL
     as there; visible: the visible lengths). Every sequence's chunks but its last (the longest: ``chunk`` tokens, or
     with EQUAL at least as long as the last), in sequence order, then each sequence's last chunk by ``bucket_ranks``
@@ -367,9 +367,11 @@ def dispatch_chunks(
     seq_full = tl.sum((full_incl[None, :] <= slots[:, None]).to(tl.int32), axis=1)
     last_start, _ = chunk_bounds(0, visible, full, tl.maximum(n, 1), chunk, BLOCK_N, EQUAL)
     seq = tl.where(is_full, seq_full, bucket_ranks(visible - last_start, valid, slots - num_full))
+    # the slot's chunk within its sequence (a full chunk's place among them, or the last), then its id
     pick = offs_b[None, :] == seq[:, None]
     k_full = slots - tl.sum(tl.where(pick, (full_incl - full)[None, :], 0), axis=1)
-    return seq, tl.where(is_full, k_full, tl.sum(tl.where(pick, full[None, :], 0), axis=1))
+    k = tl.where(is_full, k_full, tl.sum(tl.where(pick, full[None, :], 0), axis=1))
+    return seq, tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1) + k
 
 
 @triton.jit
@@ -409,14 +411,14 @@ def _plan_kernel(
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     # [BLOCK_I, BLOCK_B]: in sequence order, slot i holds chunk i, of the first sequence whose inclusive count exceeds i
     seq = tl.sum((incl[None, :] <= offs_i[:, None]).to(tl.int32), axis=1)
-    k = offs_i - tl.sum(tl.where(offs_b[None, :] == seq[:, None], (incl - n)[None, :], 0), axis=1)
+    chunk_id = offs_i
     if ORDER:
         if uneven:
             visible = lens - window_starts(lens, window, HAS_WINDOW, Q_LEN)
-            seq, k = dispatch_chunks(offs_i, chunk, n, incl, visible, BLOCK_B, BLOCK_N, EQUAL)
+            seq, chunk_id = dispatch_chunks(offs_i, chunk, n, incl, visible, BLOCK_B, BLOCK_N, EQUAL)
     seq = tl.where(offs_i < tl.sum(n, axis=0), seq, batch)
     pick = offs_b[None, :] == seq[:, None]
-    chunk_id = tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1) + k
+    k = chunk_id - tl.sum(tl.where(pick, (incl - n)[None, :], 0), axis=1)
     seqlen = tl.sum(tl.where(pick, lens[None, :], 0), axis=1)
     first_token = window_starts(seqlen, window, HAS_WINDOW, Q_LEN)
     start, end = chunk_bounds(first_token, seqlen - first_token, k, 1, chunk, BLOCK_N, False)
@@ -1093,11 +1095,9 @@ def host_table(visible, counts, block_n: int) -> list[list[int]]:
     grid's last programs are its shortest."""
     chunks, firsts = [], []
     for b, (n, count) in enumerate(zip(visible, counts)):
-        tiles = cdiv(n, block_n)
         firsts.append(len(chunks))
-        for s in range(count):
-            lo, hi = s * tiles // count * block_n, (s + 1) * tiles // count * block_n
-            chunks.append((b, lo, OPEN_END if s == count - 1 else hi, min(hi, n) - lo))
+        for s, (lo, hi) in enumerate(split_bounds(n, count, block_n)):
+            chunks.append((b, lo, OPEN_END if s == count - 1 else hi, hi - lo))
     order = sorted(range(len(chunks)), key=lambda i: -chunks[i][3])
     pad = [0] * len(visible)
     seqs, starts, ends = ([chunks[i][j] for i in order] for j in range(3))
