@@ -44,10 +44,21 @@ class Row:
     window_left: int | None = None
     # "token": V pages stored token-major (cases.token_major_v; docs/features.md), else head-dim-major
     v_layout: str = ""
+    # tokens the block table can hold (a serving engine's table is sized for its longest allowed sequence); 0: the
+    # longest sequence's pages and 2 more. "auto" reads this capacity, never the lengths
+    table_tokens: int = 0
 
     def __post_init__(self):
         if self.v_layout not in ("", "token"):
             raise ValueError(f"v_layout must be '' or 'token', got {self.v_layout!r}")
+        if self.table_tokens and self.table_tokens < max(self.seqlens, default=0):
+            raise ValueError(f"table_tokens {self.table_tokens} is shorter than the longest sequence {max(self.seqlens)}")
+
+    def extra_table_columns(self) -> int:
+        """Block-table columns past the longest sequence's pages (random_paged_case's extra_table_columns)."""
+        if not self.table_tokens:
+            return 2
+        return -(-self.table_tokens // self.page_size) - -(-max(self.seqlens, default=0) // self.page_size)
 
     def feature_kwargs(self) -> dict:
         """decode_attention keyword arguments of the row's features (fp8 scales: k 0.05, v 0.3)."""
@@ -69,6 +80,7 @@ class Row:
         extra += (f" kv {self.kv_dtype}" if self.kv_dtype else "") + (
             f" W{self.window_left}" if self.window_left is not None else ""
         ) + (" V token-major" if self.v_layout == "token" else "")
+        extra += f" T{self.table_tokens}" if self.table_tokens else ""
         return f"{self.batch}x{s} {self.num_q_heads}/{self.num_kv_heads}{extra}"
 
     def kv_bytes(self) -> int:
@@ -413,7 +425,7 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
     for row in rows:
         case = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, row.page_size, _torch_dtype(row.dtype),
-            device, spare_pages=0 if on_gpu else 3, seed=len(results),
+            device, spare_pages=0 if on_gpu else 3, extra_table_columns=row.extra_table_columns(), seed=len(results),
         )  # fmt: skip
         if row.kv_dtype:
             quantize_kv(case, row.kv_dtype)

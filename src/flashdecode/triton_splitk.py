@@ -169,6 +169,9 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # 72 KB of shared memory and 3 programs per SM (152 registers against 121 on sm_90), a third tile of loads in flight.
 # None: off
 MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
+# ...and "auto"'s planned calls of that class (the device's cut, 16-bit cache) when the block table can hold at least
+# this many tokens: a shapes-only rule, the lengths are not read. None: never
+PLANNED_MHA_LONG_TOKENS = None
 # planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
 # program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
 # only those. Fewer (sequence, row) pairs keep the separate, wide combine. H200 (probe dbeb3c5, serial merge):
@@ -1402,6 +1405,8 @@ def decode_splitk(
     else:
         fused = num_splits is None and not split_tokens
         fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
+    if PLANNED_MHA_LONG_TOKENS is not None and not host and num_splits is None and not split_tokens:
+        long_tile = long_tile or (k_cache.element_size() == 2 and max_tokens >= PLANNED_MHA_LONG_TOKENS)
     cfg, saturation, tile = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile
     )  # fmt: skip
