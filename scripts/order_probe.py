@@ -14,6 +14,7 @@ controls); mhalong: `auto`'s planned MHA-tile calls with ``triton_splitk.MHA_LON
 and the first two uneven rows.
 """
 
+import functools
 import random
 import sys
 
@@ -52,18 +53,21 @@ def mha_rows():
     ]  # fmt: skip
 
 
+def _uneven(g, batch, low, high, hq, hkv):
+    return Row([g.randint(low, high) for _ in range(batch)], hq, hkv, label=f"{batch}x{low}..{high} {hq}/{hkv}")
+
+
+def _tail(g, short, long, hq, hkv, label=""):
+    """`short` sequences of 256..2048 tokens and `long` of 16k..32k, shuffled."""
+    lens = [g.randint(256, 2048) for _ in range(short)] + [g.randint(16384, 32768) for _ in range(long)]
+    g.shuffle(lens)
+    return Row(lens, hq, hkv, label=label or f"{short}x256..2048 + {long}x16k..32k {hq}/{hkv}")
+
+
 def planner_rows():
     """Batches the device planner cuts (not full grids, or full grids' dual path): even controls first."""
     g = random.Random(11)
-
-    def uneven(batch, low, high, hq, hkv):
-        return Row([g.randint(low, high) for _ in range(batch)], hq, hkv, label=f"{batch}x{low}..{high} {hq}/{hkv}")
-
-    def tail(short, long, hq, hkv):
-        lens = [g.randint(256, 2048) for _ in range(short)] + [g.randint(16384, 32768) for _ in range(long)]
-        g.shuffle(lens)
-        return Row(lens, hq, hkv, label=f"{short}x256..2048 + {long}x16k..32k {hq}/{hkv}")
-
+    uneven, tail = functools.partial(_uneven, g), functools.partial(_tail, g)
     return [
         Row([1024] * 64, 12, 2), Row([3064] * 64, 32, 8), Row([2048] * 8, 28, 4), Row([131072] + [1024] * 63, 32, 8),
         uneven(200, 100, 8000, 12, 2), uneven(48, 256, 16000, 32, 8), uneven(40, 100, 32000, 32, 8),
@@ -75,21 +79,18 @@ def planner_rows():
 
 def rows():
     g = random.Random(7)
-
-    def uneven(batch, low, high, hq, hkv):
-        return Row([g.randint(low, high) for _ in range(batch)], hq, hkv, label=f"{batch}x{low}..{high} {hq}/{hkv}")
+    uneven = functools.partial(_uneven, g)
 
     def straggle(short, long, hq, hkv):
         return Row([short] * 120 + [long] * 8, hq, hkv, label=f"120x{short} + 8x{long} {hq}/{hkv}")
 
-    tail = [g.randint(256, 2048) for _ in range(120)] + [g.randint(16384, 32768) for _ in range(8)]
-    g.shuffle(tail)
+    tail = _tail(g, 120, 8, 32, 8, label="128 long tail 32/8")
     return [
         Row([256] * 256, 12, 12), Row([1024] * 64, 12, 12), Row([2048] * 256, 32, 8), Row([2048] * 128, 32, 8),
         Row([512] * 512, 32, 8), Row([4096] * 256, 28, 4),
         uneven(128, 1024, 8192, 32, 8), uneven(256, 256, 4096, 32, 8), uneven(512, 500, 3000, 32, 8),
         uneven(160, 100, 16000, 32, 8), uneven(264, 1000, 8000, 28, 4), uneven(128, 1024, 8192, 12, 12),
-        Row(tail, 32, 8, label="128 long tail 32/8"),
+        tail,
         # around the full grid's gate (max L * span <= 1.5 * sum L; span 66 sequences at 32/8, 33 at 12/12): ratios
         # 1.38, 1.74, 2.36 at 32/8; 1.18, 1.83 at 12/12; the ragged row's shape in a full grid (ratio 33)
         straggle(2048, 6144, 32, 8), straggle(2048, 8192, 32, 8), straggle(2048, 12288, 32, 8),

@@ -170,7 +170,11 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # None: off
 MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
 # ...and "auto"'s planned calls of that class (the device's cut, 16-bit cache) when the block table can hold at least
-# this many tokens: a shapes-only rule, the lengths are not read. None: never
+# this many tokens: a shapes-only rule, the lengths are not read. Not kept: H200 (scripts/order_probe.py --variants
+# mhalong at d4a62a8, auto graph µs, the MHA tile -> the long tile for every table) 1 x 131072 12/12 187.5 -> 185.8
+# but 4 x 16384 12/12 98.3 -> 99.1, and in tables of 131072 tokens short rows 0.4-0.9 µs slower (1 x 512 12/12
+# 7.7 -> 8.2, 16 x 1024 12/12 32.1 -> 33.0, 1 x 32768 40/40 158.9 -> 161.3); a table's capacity says nothing of the
+# chunks' length. None: never
 PLANNED_MHA_LONG_TOKENS = None
 # planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
 # program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
