@@ -150,3 +150,16 @@ def test_token_major_v_rows_run_our_backends_and_skip_the_peers(device, monkeypa
     assert any(r.v_layout == "token" and r.kv_dtype == "e4m3" for r in PRESETS["fp8"]())
     with pytest.raises(ValueError, match="v_layout"):
         Row([1], 1, 1, v_layout="tokens")
+
+
+def test_rows_in_a_serving_sized_table(device):
+    row = Row([20, 50], 4, 2, head_dim=64, table_tokens=512)
+    # the table holds 512 tokens: the longest sequence's 4 pages and 28 more columns
+    assert row.extra_table_columns() == 28 and row.name().endswith(" T512")
+    assert Row([20, 50], 4, 2).extra_table_columns() == 2
+    with pytest.raises(ValueError, match="table_tokens 40 is shorter than the longest sequence 50"):
+        Row([20, 50], 4, 2, table_tokens=40)
+    results = run_rows([row], ["auto", "triton_splitk"], device, progress=False)
+    assert [r["status"] for r in results] == ["ok", "ok"], results
+    assert all(r["table_tokens"] == 512 and r["max_err"] <= r["tolerance"] for r in results)
+    assert all(r.table_tokens == 131072 for r in PRESETS["tables"]())

@@ -113,6 +113,10 @@ def quantize_kv(case, kv_dtype: str):
     return case
 
 
+# the "tables" preset's block-table capacity
+SERVING_TABLE_TOKENS = 131072
+
+
 def _uniform(batch, seqlen, hq, hkv, **kw):
     return Row([seqlen] * batch, hq, hkv, **kw)
 
@@ -168,6 +172,15 @@ PRESETS = {
         )
     ] + [_long_tail(60, 4, 32, 8, 100)],  # fmt: skip
     "dims": lambda: [_uniform(64, 4096, 32, 8, head_dim=d) for d in (64, 128, 256)],
+    # anchor-like batches in a block table sized for a 131072-token sequence, as a serving engine captures its graphs:
+    # "auto" reads the table's capacity (its planner's candidates, whether a combine launch may be needed), the plan
+    # reads the lengths
+    "tables": lambda: [
+        _uniform(b, s, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in (
+            (1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (16, 4096, 12, 12), (1, 65536, 12, 12),
+            (64, 1024, 12, 2), (16, 4096, 12, 2), (1, 2048, 28, 4), (8, 2048, 28, 4), (64, 4096, 32, 8),
+        )
+    ],  # fmt: skip
     # model features: fp8 cache vs bf16 (same shapes; PERF.md's fp8 rows are 64 x 4096 and 1 x 131072 at 32/8), and
     # with 64-token pages, bf16 against an e4m3 cache whose V pages are token-major (the fastest fp8 layout:
     # docs/features.md); a 4096 window at 32k context vs full attention
