@@ -208,6 +208,10 @@ FIXED_MIN_SPLIT_TILES = 4
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
+# ...and there a chunk slot past an upper bound of the cut's chunk count (``chunk_slots_bound``: every chunk is at
+# least a tile) returns before computing the cut: the MHA grid (chunk slots, heads) deals each head's busy slots
+# after the previous head's unused ones. False: every slot computes the cut
+INLINE_EARLY_EXIT = True
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -480,6 +484,18 @@ def inline_chunk(
 
 
 @triton.jit
+def chunk_slots_bound(SEQLENS, stride_sl, batch, first_seq, BLOCK_B: tl.constexpr, LOG2_BLOCK_N: tl.constexpr):
+    """An upper bound of the planned cut's chunk count, cheaper than the cut (``_chunk_layout``): a chunk is at
+    least one tile and a cut sequence has at least one chunk, so sum_b max(ceil(L_b / BLOCK_N), 1) over sequences
+    first_seq..B-1 (the whole length: at least the visible one)."""
+    offs_b = tl.arange(0, BLOCK_B)
+    mine = (offs_b >= first_seq) & (offs_b < batch)
+    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=mine, other=0)
+    tiles = (seqlens + ((1 << LOG2_BLOCK_N) - 1)) >> LOG2_BLOCK_N
+    return tl.sum(tl.where(mine, tl.maximum(tiles, 1), 0), axis=0)
+
+
+@triton.jit
 def fixed_chunk(
     SEQLENS, stride_sl, chunk_id, batch, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr,
     SPLIT_TOKENS: tl.constexpr = 0, HAS_WINDOW: tl.constexpr = False, Q_LEN: tl.constexpr = 1,
@@ -736,6 +752,7 @@ def _partial_kernel(
     LAST: tl.constexpr = False,
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
+    INLINE_EXIT: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -765,6 +782,10 @@ def _partial_kernel(
         let_next_start(USE_PDL)
 
     if INLINE_PLAN:
+        if INLINE_EXIT:
+            # a slot no cut can use leaves now (the cut's ~200 dependent instructions delay the busy slots behind it)
+            if chunk_id >= chunk_slots_bound(SEQLENS, stride_sl, batch, first_seq, BLOCK_B, LOG2_BLOCK_N):
+                return
         seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL,
@@ -1491,6 +1512,7 @@ def decode_splitk(
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
+        INLINE_EXIT=bool(inline) and INLINE_EARLY_EXIT,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
