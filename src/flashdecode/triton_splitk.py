@@ -212,6 +212,9 @@ INLINE_PLAN_MAX_BATCH = 16
 # least a tile) returns before computing the cut: the MHA grid (chunk slots, heads) deals each head's busy slots
 # after the previous head's unused ones. False: every slot computes the cut
 INLINE_EARLY_EXIT = True
+# ...and the (chunk slots, heads) grid's programs take the cut's chunks in their dispatch order, chunk fastest, so
+# that the busy ones come first (the grid deals each head's slots in turn). False: slot = chunk
+INLINE_BUSY_FIRST = False
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -457,16 +460,25 @@ def inline_chunk(
     NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False,
+    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False, BUSY_FIRST: tl.constexpr = False, heads=1,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
-    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
-    writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
+    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count, chunk id, head id), exactly what
+    _plan_kernel writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0). BUSY_FIRST:
+    chunk_id is the program's place in the grid's dispatch order over `heads` head ids, and the N chunks of the cut
+    go to the first N * heads places, chunk fastest (chunk id = place % N, head id = place // N); else the chunk id
+    is chunk_id and the head id -1."""
     chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
+    head = -1
+    if BUSY_FIRST:
+        total = tl.sum(n, axis=0)
+        head = chunk_id // total
+        # a place past the busy ones: a slot past every chunk (seq = B below)
+        chunk_id = tl.where(head < heads, chunk_id % total, max_chunks)
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
     first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
@@ -480,7 +492,7 @@ def inline_chunk(
             start, end = chunk_bounds(
                 first_token, seqlen - first_token, chunk_id - first, tl.maximum(count, 1), chunk, BLOCK_N, True
             )  # fmt: skip
-    return seq, seqlen, start, end, first, count
+    return seq, seqlen, start, end, first, count, chunk_id, head
 
 
 @triton.jit
@@ -753,6 +765,7 @@ def _partial_kernel(
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
     INLINE_EXIT: tl.constexpr = False,
+    BUSY_FIRST: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -782,14 +795,24 @@ def _partial_kernel(
         let_next_start(USE_PDL)
 
     if INLINE_PLAN:
+        if BUSY_FIRST:
+            # (chunk slots, heads) grid: the place in dispatch order, the busy programs first (inline_chunk)
+            chunk_id += head_id * tl.num_programs(0)
         if INLINE_EXIT:
             # a slot no cut can use leaves now (the cut's ~200 dependent instructions delay the busy slots behind it)
-            if chunk_id >= chunk_slots_bound(SEQLENS, stride_sl, batch, first_seq, BLOCK_B, LOG2_BLOCK_N):
+            bound = chunk_slots_bound(SEQLENS, stride_sl, batch, first_seq, BLOCK_B, LOG2_BLOCK_N)
+            if BUSY_FIRST:
+                bound *= num_head_ids
+            if chunk_id >= bound:
                 return
-        seq, seqlen, start, end, _, count = inline_chunk(
+        seq, seqlen, start, end, _, count, chunk_id, head = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL,
+            BUSY_FIRST, num_head_ids,
         )  # fmt: skip
+        if BUSY_FIRST:
+            kv_head = head // HEAD_BLOCKS
+            head_block = head % HEAD_BLOCKS
         single = count == 1
     else:
         # the grid slot's chunk: chunk_id becomes where its partials go
@@ -888,7 +911,7 @@ def _combine_kernel(
     if INLINE_PLAN:
         # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
         # that it overlaps the partial kernel's last programs
-        _, _, _, _, first, count = inline_chunk(
+        _, _, _, _, first, count, _, _ = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
@@ -1513,6 +1536,7 @@ def decode_splitk(
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
         INLINE_EXIT=bool(inline) and INLINE_EARLY_EXIT,
+        BUSY_FIRST=bool(inline) and INLINE_BUSY_FIRST and not heads_first,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
