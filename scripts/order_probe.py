@@ -11,8 +11,7 @@ planner's dispatch order (``triton_splitk.PLANNER_ORDER``: sequence order, longe
 (``PLANNER_EQUAL``, with the order), on its own rows (uneven planned batches, full grids with stragglers, even
 controls); mhalong: `auto`'s planned MHA-tile calls with ``triton_splitk.MHA_LONG_TILE`` or not
 (``PLANNED_MHA_LONG_TOKENS``), in the rows' own tables and in tables of 131072 tokens; inlineexit: the in-place
-cut's unused slots computing it or leaving at once (``INLINE_EARLY_EXIT``), and the MHA grid's busy programs
-first (``INLINE_BUSY_FIRST``). --quick: the first uniform and the
+cut's unused slots computing it or leaving at once (``INLINE_EARLY_EXIT``). --quick: the first uniform and the
 first two uneven rows.
 """
 
@@ -35,10 +34,7 @@ VARIANTS = {
                                 ("ord+equal", dict(PLANNER_ORDER=True, PLANNER_EQUAL=True))]),
     "mhalong": (triton_splitk, [("mha tile", dict(PLANNED_MHA_LONG_TOKENS=None)),
                                 ("long tile", dict(PLANNED_MHA_LONG_TOKENS=0))]),
-    "inlineexit": (triton_splitk, [("cut", dict(INLINE_EARLY_EXIT=False, INLINE_BUSY_FIRST=False)),
-                                   ("exit", dict(INLINE_EARLY_EXIT=True, INLINE_BUSY_FIRST=False)),
-                                   ("busy 1st", dict(INLINE_EARLY_EXIT=True, INLINE_BUSY_FIRST=True)),
-                                   ("busy only", dict(INLINE_EARLY_EXIT=False, INLINE_BUSY_FIRST=True))]),
+    "inlineexit": (triton_splitk, [("cut", dict(INLINE_EARLY_EXIT=False)), ("exit", dict(INLINE_EARLY_EXIT=True))]),
 }  # fmt: skip
 
 

@@ -212,9 +212,6 @@ INLINE_PLAN_MAX_BATCH = 16
 # least a tile) returns before computing the cut: the MHA grid (chunk slots, heads) deals each head's busy slots
 # after the previous head's unused ones. False: every slot computes the cut
 INLINE_EARLY_EXIT = True
-# ...and the (chunk slots, heads) grid's programs take the cut's chunks in their dispatch order, chunk fastest, so
-# that the busy ones come first (the grid deals each head's slots in turn). False: slot = chunk
-INLINE_BUSY_FIRST = False
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -285,9 +282,10 @@ def _chunk_layout(
     SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0, PRELOADED: tl.constexpr = False, loaded=0,
 ):  # fmt: skip
-    """The planned mode's cut, identical in every program and in ``chunk_plan``.
+    """The planned mode's cut, identical in every program and in ``chunk_plan``. PRELOADED: the lengths tile is
+    `loaded` (``cut_lengths``), not loaded here.
 
     L_b is the visible length: with a sliding window, the tokens from the window's first one (``window_start``) to
     the end, so a 32k sequence with a 4k window is cut like a 4k one and the pages before the window are never read.
@@ -309,7 +307,10 @@ def _chunk_layout(
     """
     offs_b = tl.arange(0, BLOCK_B)
     mine = (offs_b >= first_seq) & (offs_b < batch)
-    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=mine, other=0)
+    if PRELOADED:
+        seqlens = loaded
+    else:
+        seqlens = cut_lengths(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
     lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
@@ -460,25 +461,17 @@ def inline_chunk(
     NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False, BUSY_FIRST: tl.constexpr = False, heads=1,
+    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False, PRELOADED: tl.constexpr = False, loaded=0,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
-    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count, chunk id, head id), exactly what
-    _plan_kernel writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0). BUSY_FIRST:
-    chunk_id is the program's place in the grid's dispatch order over `heads` head ids, and the N chunks of the cut
-    go to the first N * heads places, chunk fastest (chunk id = place % N, head id = place // N); else the chunk id
-    is chunk_id and the head id -1."""
+    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
+    writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0). PRELOADED: the lengths tile is
+    `loaded` (``cut_lengths``)."""
     chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, PRELOADED, loaded,
     )  # fmt: skip
-    head = -1
-    if BUSY_FIRST:
-        total = tl.sum(n, axis=0)
-        head = chunk_id // total
-        # a place past the busy ones: a slot past every chunk (seq = B below)
-        chunk_id = tl.where(head < heads, chunk_id % total, max_chunks)
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
     first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
@@ -492,17 +485,23 @@ def inline_chunk(
             start, end = chunk_bounds(
                 first_token, seqlen - first_token, chunk_id - first, tl.maximum(count, 1), chunk, BLOCK_N, True
             )  # fmt: skip
-    return seq, seqlen, start, end, first, count, chunk_id, head
+    return seq, seqlen, start, end, first, count
 
 
 @triton.jit
-def chunk_slots_bound(SEQLENS, stride_sl, batch, first_seq, BLOCK_B: tl.constexpr, LOG2_BLOCK_N: tl.constexpr):
+def cut_lengths(SEQLENS, stride_sl, batch, first_seq, BLOCK_B: tl.constexpr):
+    """The lengths the cut reads: [BLOCK_B], sequences first_seq..B-1, 0 elsewhere."""
+    offs_b = tl.arange(0, BLOCK_B)
+    return tl.load(SEQLENS + offs_b * stride_sl, mask=(offs_b >= first_seq) & (offs_b < batch), other=0)
+
+
+@triton.jit
+def chunk_slots_bound(seqlens, batch, first_seq, BLOCK_B: tl.constexpr, LOG2_BLOCK_N: tl.constexpr):
     """An upper bound of the planned cut's chunk count, cheaper than the cut (``_chunk_layout``): a chunk is at
     least one tile and a cut sequence has at least one chunk, so sum_b max(ceil(L_b / BLOCK_N), 1) over sequences
-    first_seq..B-1 (the whole length: at least the visible one)."""
+    first_seq..B-1 of ``cut_lengths`` (the whole length: at least the visible one)."""
     offs_b = tl.arange(0, BLOCK_B)
     mine = (offs_b >= first_seq) & (offs_b < batch)
-    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=mine, other=0)
     tiles = (seqlens + ((1 << LOG2_BLOCK_N) - 1)) >> LOG2_BLOCK_N
     return tl.sum(tl.where(mine, tl.maximum(tiles, 1), 0), axis=0)
 
@@ -765,7 +764,6 @@ def _partial_kernel(
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
     INLINE_EXIT: tl.constexpr = False,
-    BUSY_FIRST: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -795,24 +793,18 @@ def _partial_kernel(
         let_next_start(USE_PDL)
 
     if INLINE_PLAN:
-        if BUSY_FIRST:
-            # (chunk slots, heads) grid: the place in dispatch order, the busy programs first (inline_chunk)
-            chunk_id += head_id * tl.num_programs(0)
+        lengths = 0
         if INLINE_EXIT:
-            # a slot no cut can use leaves now (the cut's ~200 dependent instructions delay the busy slots behind it)
-            bound = chunk_slots_bound(SEQLENS, stride_sl, batch, first_seq, BLOCK_B, LOG2_BLOCK_N)
-            if BUSY_FIRST:
-                bound *= num_head_ids
-            if chunk_id >= bound:
+            # a slot no cut can use leaves now (the cut's ~200 dependent instructions delay the busy slots behind it);
+            # the cut takes the same lengths tile
+            lengths = cut_lengths(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
+            if chunk_id >= chunk_slots_bound(lengths, batch, first_seq, BLOCK_B, LOG2_BLOCK_N):
                 return
-        seq, seqlen, start, end, _, count, chunk_id, head = inline_chunk(
+        seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL,
-            BUSY_FIRST, num_head_ids,
+            INLINE_EXIT, lengths,
         )  # fmt: skip
-        if BUSY_FIRST:
-            kv_head = head // HEAD_BLOCKS
-            head_block = head % HEAD_BLOCKS
         single = count == 1
     else:
         # the grid slot's chunk: chunk_id becomes where its partials go
@@ -911,7 +903,7 @@ def _combine_kernel(
     if INLINE_PLAN:
         # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
         # that it overlaps the partial kernel's last programs
-        _, _, _, _, first, count, _, _ = inline_chunk(
+        _, _, _, _, first, count = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
         )  # fmt: skip
@@ -1536,7 +1528,6 @@ def decode_splitk(
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
         INLINE_EXIT=bool(inline) and INLINE_EARLY_EXIT,
-        BUSY_FIRST=bool(inline) and INLINE_BUSY_FIRST and not heads_first,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
