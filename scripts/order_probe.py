@@ -3,16 +3,13 @@ single-pass, uniform (what a variant costs) and uneven (what it buys), with the 
 the same process. Each backend is checked against the float64 reference before it is timed (CUDA-graph median,
 caches rotated out of L2). Writes $OUT/table.jsonl, prints a table.
 
-    python scripts/order_probe.py [--quick] [--variants order|full|planner|mhalong|inlineexit]
+    python scripts/order_probe.py [--quick] [--variants order|full|planner]
 
 order: longest-first dispatch (``triton_single.LONGEST_FIRST_MAX_BATCH``) off and on; full (the default): the full
 grid's dual path (``api.FULL_GRID_DUAL_PATH``) off (the single pass, longest first) and on; planner: the device
 planner's dispatch order (``triton_splitk.PLANNER_ORDER``: sequence order, longest first) and equal chunks
 (``PLANNER_EQUAL``, with the order), on its own rows (uneven planned batches, full grids with stragglers, even
-controls); mhalong: `auto`'s planned MHA-tile calls with ``triton_splitk.MHA_LONG_TILE`` or not
-(``PLANNED_MHA_LONG_TOKENS``), in the rows' own tables and in tables of 131072 tokens; inlineexit: the in-place
-cut's unused slots computing it or leaving at once (``INLINE_EARLY_EXIT``). --quick: the first uniform and the
-first two uneven rows.
+controls). --quick: the first uniform and the first two uneven rows.
 """
 
 import functools
@@ -32,34 +29,7 @@ VARIANTS = {
     "planner": (triton_splitk, [("seq order", dict(PLANNER_ORDER=False, PLANNER_EQUAL=False)),
                                 ("ordered", dict(PLANNER_ORDER=True, PLANNER_EQUAL=False)),
                                 ("ord+equal", dict(PLANNER_ORDER=True, PLANNER_EQUAL=True))]),
-    "mhalong": (triton_splitk, [("mha tile", dict(PLANNED_MHA_LONG_TOKENS=None)),
-                                ("long tile", dict(PLANNED_MHA_LONG_TOKENS=0))]),
-    "inlineexit": (triton_splitk, [("cut", dict(INLINE_EARLY_EXIT=False)), ("exit", dict(INLINE_EARLY_EXIT=True))]),
 }  # fmt: skip
-
-
-def mha_rows():
-    """`auto`'s planned MHA-tile calls (groups < 4, 16-bit, token rows not a power of two): the anchor's long rows
-    with their own tables, and short and long batches in a serving engine's table of 131072 tokens (T)."""
-    t = 131072
-
-    def row(n, batch, hq, hkv, table=t):
-        return Row([n] * batch, hq, hkv, table_tokens=table)
-
-    return [
-        row(4096, 16, 12, 12, 0), row(16384, 4, 12, 12, 0), row(65536, 1, 12, 12, 0), row(131072, 1, 12, 12, 0),
-        row(512, 1, 12, 12), row(2048, 1, 12, 12), row(1024, 4, 12, 12), row(1024, 16, 12, 12), row(8192, 2, 12, 12),
-        row(4096, 8, 12, 12), row(4096, 16, 12, 12), row(2048, 24, 12, 12), row(16384, 4, 12, 12),
-        row(65536, 1, 12, 12), row(32768, 1, 40, 40), row(4096, 4, 40, 40), row(16384, 1, 12, 6),
-        Row([g * 700 + 300 for g in range(12)], 12, 12, label="12x300..8000 12/12 T131072", table_tokens=t),
-    ]  # fmt: skip
-
-
-def inline_rows():
-    """`auto`'s planned calls that cut in place (at most 16 sequences, no fused merge): the MHA rows above and
-    grouped ones, in their own tables and in tables of 131072 tokens."""
-    grouped = [(4096, 16, 12, 2), (16384, 4, 12, 2), (65536, 1, 12, 2), (2048, 8, 28, 4), (2048, 1, 28, 4)]
-    return mha_rows() + [Row([n] * b, hq, hkv, table_tokens=t) for n, b, hq, hkv in grouped for t in (0, 131072)]
 
 
 def _uneven(g, batch, low, high, hq, hkv):
@@ -110,7 +80,7 @@ def rows():
 
 def main():
     variant = sys.argv[sys.argv.index("--variants") + 1] if "--variants" in sys.argv else "full"
-    chosen = {"planner": planner_rows, "mhalong": mha_rows, "inlineexit": inline_rows}.get(variant, rows)()
+    chosen = planner_rows() if variant == "planner" else rows()
     if "--quick" in sys.argv:
         chosen = chosen[:1] + chosen[6:8]
     module, columns = VARIANTS[variant]

@@ -54,7 +54,7 @@ BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D
             Q_LEN=1, KV_FP8=2 if KV != "*bf16" else 0, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
             INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
             HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, V_T=False, LONGEST_B=0)
-INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3, INLINE_EXIT=True)
+INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3)
 PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
     for q_len in (1, 4):
@@ -145,12 +145,12 @@ worst = []
 variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
 # the dual path's evenness test runs before the main loop: one group is enough
 variants += [(6, dict(FUSED_MAX=64, EVEN_B=256, LONG_MEAN=1024))]
-variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16, WAVE_SAT=3,
-                      INLINE_EXIT=triton_splitk.INLINE_EARLY_EXIT)) for g in (1, 6, 7) for b in (1, 2, 4, 16)]
+variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16, WAVE_SAT=3))
+             for g in (1, 6, 7) for b in (1, 2, 4, 16)]
 # the prefetching 32-token tile (launch_config's PREFETCH_TILE), planner-fed and in place
 variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)) for g in (4, 6, 7, 8)
              for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
-                                     WAVE_SAT=3, INLINE_EXIT=triton_splitk.INLINE_EARLY_EXIT))]
+                                     WAVE_SAT=3))]
 for group, extra in variants:
     consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE, "GROUP": group,
               **extra}

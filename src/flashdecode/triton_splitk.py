@@ -169,13 +169,6 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
 # 72 KB of shared memory and 3 programs per SM (152 registers against 121 on sm_90), a third tile of loads in flight.
 # None: off
 MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
-# ...and "auto"'s planned calls of that class (the device's cut, 16-bit cache) when the block table can hold at least
-# this many tokens: a shapes-only rule, the lengths are not read. Not kept: H200 (scripts/order_probe.py --variants
-# mhalong at d4a62a8, auto graph µs, the MHA tile -> the long tile for every table) 1 x 131072 12/12 187.5 -> 185.8
-# but 4 x 16384 12/12 98.3 -> 99.1, and in tables of 131072 tokens short rows 0.4-0.9 µs slower (1 x 512 12/12
-# 7.7 -> 8.2, 16 x 1024 12/12 32.1 -> 33.0, 1 x 32768 40/40 158.9 -> 161.3); a table's capacity says nothing of the
-# chunks' length. None: never
-PLANNED_MHA_LONG_TOKENS = None
 # planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
 # program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
 # only those. Fewer (sequence, row) pairs keep the separate, wide combine. H200 (probe dbeb3c5, serial merge):
@@ -208,10 +201,6 @@ FIXED_MIN_SPLIT_TILES = 4
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
-# ...and there a chunk slot past an upper bound of the cut's chunk count (``chunk_slots_bound``: every chunk is at
-# least a tile) returns before computing the cut: the MHA grid (chunk slots, heads) deals each head's busy slots
-# after the previous head's unused ones. False: every slot computes the cut
-INLINE_EARLY_EXIT = True
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -282,10 +271,9 @@ def _chunk_layout(
     SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, PRELOADED: tl.constexpr = False, loaded=0,
+    WAVE_SAT: tl.constexpr = 0,
 ):  # fmt: skip
-    """The planned mode's cut, identical in every program and in ``chunk_plan``. PRELOADED: the lengths tile is
-    `loaded` (``cut_lengths``), not loaded here.
+    """The planned mode's cut, identical in every program and in ``chunk_plan``.
 
     L_b is the visible length: with a sliding window, the tokens from the window's first one (``window_start``) to
     the end, so a 32k sequence with a 4k window is cut like a 4k one and the pages before the window are never read.
@@ -307,10 +295,7 @@ def _chunk_layout(
     """
     offs_b = tl.arange(0, BLOCK_B)
     mine = (offs_b >= first_seq) & (offs_b < batch)
-    if PRELOADED:
-        seqlens = loaded
-    else:
-        seqlens = cut_lengths(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
+    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=mine, other=0)
     lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
@@ -461,16 +446,15 @@ def inline_chunk(
     NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False, PRELOADED: tl.constexpr = False, loaded=0,
+    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
     sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
-    writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0). PRELOADED: the lengths tile is
-    `loaded` (``cut_lengths``)."""
+    writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, PRELOADED, loaded,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
@@ -486,24 +470,6 @@ def inline_chunk(
                 first_token, seqlen - first_token, chunk_id - first, tl.maximum(count, 1), chunk, BLOCK_N, True
             )  # fmt: skip
     return seq, seqlen, start, end, first, count
-
-
-@triton.jit
-def cut_lengths(SEQLENS, stride_sl, batch, first_seq, BLOCK_B: tl.constexpr):
-    """The lengths the cut reads: [BLOCK_B], sequences first_seq..B-1, 0 elsewhere."""
-    offs_b = tl.arange(0, BLOCK_B)
-    return tl.load(SEQLENS + offs_b * stride_sl, mask=(offs_b >= first_seq) & (offs_b < batch), other=0)
-
-
-@triton.jit
-def chunk_slots_bound(seqlens, batch, first_seq, BLOCK_B: tl.constexpr, LOG2_BLOCK_N: tl.constexpr):
-    """An upper bound of the planned cut's chunk count, cheaper than the cut (``_chunk_layout``): a chunk is at
-    least one tile and a cut sequence has at least one chunk, so sum_b max(ceil(L_b / BLOCK_N), 1) over sequences
-    first_seq..B-1 of ``cut_lengths`` (the whole length: at least the visible one)."""
-    offs_b = tl.arange(0, BLOCK_B)
-    mine = (offs_b >= first_seq) & (offs_b < batch)
-    tiles = (seqlens + ((1 << LOG2_BLOCK_N) - 1)) >> LOG2_BLOCK_N
-    return tl.sum(tl.where(mine, tl.maximum(tiles, 1), 0), axis=0)
 
 
 @triton.jit
@@ -763,7 +729,6 @@ def _partial_kernel(
     LAST: tl.constexpr = False,
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
-    INLINE_EXIT: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -793,17 +758,9 @@ def _partial_kernel(
         let_next_start(USE_PDL)
 
     if INLINE_PLAN:
-        lengths = 0
-        if INLINE_EXIT:
-            # a slot no cut can use leaves now (the cut's ~200 dependent instructions delay the busy slots behind it);
-            # the cut takes the same lengths tile
-            lengths = cut_lengths(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
-            if chunk_id >= chunk_slots_bound(lengths, batch, first_seq, BLOCK_B, LOG2_BLOCK_N):
-                return
         seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL,
-            INLINE_EXIT, lengths,
         )  # fmt: skip
         single = count == 1
     else:
@@ -1445,8 +1402,6 @@ def decode_splitk(
     else:
         fused = num_splits is None and not split_tokens
         fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
-    if PLANNED_MHA_LONG_TOKENS is not None and not host and num_splits is None and not split_tokens:
-        long_tile = long_tile or (k_cache.element_size() == 2 and max_tokens >= PLANNED_MHA_LONG_TOKENS)
     cfg, saturation, tile = split_config(
         head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile
     )  # fmt: skip
@@ -1527,7 +1482,6 @@ def decode_splitk(
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
-        INLINE_EXIT=bool(inline) and INLINE_EARLY_EXIT,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
