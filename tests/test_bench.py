@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from flashdecode.bench import PRESETS, Row, compare, parse_ints, run_rows
+from flashdecode.bench import PRESETS, Row, compare, parse_ints, row_case, run_rows
 from flashdecode.cli import main
 
 
@@ -157,6 +157,7 @@ def test_rows_in_a_serving_sized_table(device):
     # the table holds 512 tokens: the longest sequence's 4 pages and 28 more columns
     assert row.extra_table_columns() == 28 and row.name().endswith(" T512")
     assert Row([20, 50], 4, 2).extra_table_columns() == 2
+    assert row_case(row, device).block_table.shape == (2, 32)
     with pytest.raises(ValueError, match="table_tokens 40 is shorter than the longest sequence 50"):
         Row([20, 50], 4, 2, table_tokens=40)
     results = run_rows([row], ["auto", "triton_splitk"], device, progress=False)

@@ -417,6 +417,22 @@ def check_backend(fn, case, ref_out, tolerance) -> tuple[bool, float]:
     return check_output(out, ref_out, tolerance)
 
 
+def row_case(row: Row, device: str, seed: int = 0):
+    """A row's random paged case (``cases.random_paged_case``): its table sized by ``table_tokens``, its cache in
+    the row's fp8 format and V layout; on the GPU no spare (NaN) pages, the benchmark's caches being large."""
+    from .cases import random_paged_case, token_major_v
+
+    case = random_paged_case(
+        row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, row.page_size, _torch_dtype(row.dtype),
+        device, spare_pages=0 if device == "cuda" else 3, extra_table_columns=row.extra_table_columns(), seed=seed,
+    )  # fmt: skip
+    if row.kv_dtype:
+        quantize_kv(case, row.kv_dtype)
+    if row.v_layout == "token":
+        case = dataclasses.replace(case, v_cache=token_major_v(case.v_cache))
+    return case
+
+
 def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=None, warm_l2=False):
     """Check and time every backend on every row. Returns a list of result dicts (one per row x backend).
 
@@ -427,7 +443,6 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
     """
     import torch
 
-    from .cases import random_paged_case, token_major_v
     from .check import output_tolerance
     from .reference import reference_dense
 
@@ -436,14 +451,7 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
     bar = _progress(total=len(rows) * len(backends), enabled=progress)
     results = []
     for row in rows:
-        case = random_paged_case(
-            row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, row.page_size, _torch_dtype(row.dtype),
-            device, spare_pages=0 if on_gpu else 3, extra_table_columns=row.extra_table_columns(), seed=len(results),
-        )  # fmt: skip
-        if row.kv_dtype:
-            quantize_kv(case, row.kv_dtype)
-        if row.v_layout == "token":
-            case = dataclasses.replace(case, v_cache=token_major_v(case.v_cache))
+        case = row_case(row, device, seed=len(results))
         ref_out, _ = reference_dense(*case.args, device=device, **row.feature_kwargs())
         tolerance = output_tolerance(case.args, ref_out, **row.feature_kwargs())
         copies = rotation_copies(case, l2) if on_gpu and not warm_l2 else [case]

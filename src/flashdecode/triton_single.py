@@ -256,6 +256,6 @@ def decode_single(
         V_T=v_token_major(v_cache),
         LONGEST_B=next_power_of_2(batch) if ordered else 0,
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
-        programs_per_sm=tile_programs_per_sm(cfg, num_kv_heads * head_blocks * batch, num_sms),
+        programs_per_sm=tile_programs_per_sm(cfg, programs, num_sms),
     )  # fmt: skip
     return out, lse
