@@ -52,7 +52,8 @@ class Row:
         if self.v_layout not in ("", "token"):
             raise ValueError(f"v_layout must be '' or 'token', got {self.v_layout!r}")
         if self.table_tokens and self.table_tokens < max(self.seqlens, default=0):
-            raise ValueError(f"table_tokens {self.table_tokens} is shorter than the longest sequence {max(self.seqlens)}")
+            longest = max(self.seqlens)
+            raise ValueError(f"table_tokens {self.table_tokens} is shorter than the longest sequence {longest}")
 
     def extra_table_columns(self) -> int:
         """Block-table columns past the longest sequence's pages (random_paged_case's extra_table_columns)."""
