@@ -264,6 +264,8 @@ DETERMINISTIC_SPLIT_TOKENS = 1024
 # padded to this many (idle programs past B * S) and its grid heads-first by tile class
 FIXED_GRID_SLOTS = 0
 FIXED_HEADS_FIRST = False
+# the cut's counts and mean in int32 where the shapes bound them (``narrow_cut``); False: int64 always
+NARROW_CUT = True
 
 
 @triton.jit
@@ -271,7 +273,7 @@ def _chunk_layout(
     SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0,
+    WAVE_SAT: tl.constexpr = 0, NARROW: tl.constexpr = False,
 ):  # fmt: skip
     """The planned mode's cut, identical in every program and in ``chunk_plan``.
 
@@ -289,7 +291,9 @@ def _chunk_layout(
     max(r, WAVE_SAT) (fewer than WAVE_SAT do not reach the SM's bandwidth), and the longest chunk WAVE_SAT * (min(C_k,
     max L) + OVERHEAD): a batch cut into slightly more programs than fit at once pays for its second wave. The
     cheapest feasible candidate (N_k <= max_chunks, the grid's slots) wins, ties to the larger chunk. NUM_SMS is a
-    compile-time constant (one per device), so the division by it is a multiply and a shift.
+    compile-time constant (one per device), so the division by it is a multiply and a shift. NARROW (``narrow_cut``:
+    B * table tokens * Hkv < 2^31): the counts, sums and the mean's division in int32, the costs in int64 (a 64-bit
+    division is a long dependent sequence on every program's path to its first load).
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B],
     uneven: the cut sequences fail ``even_test``, so the planner orders their chunks and evens them out).
     """
@@ -304,11 +308,18 @@ def _chunk_layout(
     shift = (offs_k + LOG2_BLOCK_N)[:, None]
     # every sequence gets at least one chunk: an empty one's single empty chunk writes out = 0, lse = -inf itself
     per_seq = tl.where(mine, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
-    count = tl.sum(per_seq, axis=1).to(tl.int64)
-    per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
     # an SM's programs one after another, each of the mean chunk length, or one resident set of the longest chunk
-    total = tl.sum(lens.to(tl.int64), axis=0)
-    mean = tl.cdiv(total, tl.maximum(count, 1))
+    if NARROW:
+        count = tl.sum(per_seq, axis=1)
+        total = tl.sum(lens, axis=0)
+        per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS).to(tl.int64)
+        mean = tl.cdiv(total, tl.maximum(count, 1)).to(tl.int64)
+        total = total.to(tl.int64)
+    else:
+        count = tl.sum(per_seq, axis=1).to(tl.int64)
+        per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
+        total = tl.sum(lens.to(tl.int64), axis=0)
+        mean = tl.cdiv(total, tl.maximum(count, 1))
     longest = (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     if WAVE_SAT:
         # waves of SATURATION resident programs; a partial last wave of r < WAVE_SAT runs at r / WAVE_SAT of the
@@ -381,7 +392,7 @@ def _plan_kernel(
     NUM_CAND: tl.constexpr, SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, BLOCK_I: tl.constexpr,
     HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr, USE_PDL: tl.constexpr, EVEN_B: tl.constexpr = 0,
     WAVE_SAT: tl.constexpr = 0, LONG_MEAN: tl.constexpr = 0, EVEN_SPAN: tl.constexpr = 0, ORDER: tl.constexpr = False,
-    EQUAL: tl.constexpr = False,
+    EQUAL: tl.constexpr = False, NARROW: tl.constexpr = False,
 ):  # fmt: skip
     """Write the planned cut once, for the partial and combine kernels to read: PLAN is int32
     [4, max_chunks + B]: for grid slot i < max_chunks, rows (sequence or B if unused, chunk start, chunk end, chunk id)
@@ -405,7 +416,7 @@ def _plan_kernel(
             return
     chunk, n, incl, offs_b, lens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -446,7 +457,7 @@ def inline_chunk(
     NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
-    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False,
+    WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False, NARROW: tl.constexpr = False,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
@@ -454,7 +465,7 @@ def inline_chunk(
     writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
+        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
@@ -729,6 +740,7 @@ def _partial_kernel(
     LAST: tl.constexpr = False,
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
+    NARROW: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -760,7 +772,7 @@ def _partial_kernel(
     if INLINE_PLAN:
         seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL, NARROW,
         )  # fmt: skip
         single = count == 1
     else:
@@ -840,6 +852,7 @@ def _combine_kernel(
     LONG_MEAN: tl.constexpr = 0,
     EVEN_SPAN: tl.constexpr = 0,
     LONG_ONLY: tl.constexpr = 0,
+    NARROW: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -862,7 +875,7 @@ def _combine_kernel(
         # that it overlaps the partial kernel's last programs
         _, _, _, _, first, count = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT,
+            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW=NARROW,
         )  # fmt: skip
         if count <= MERGED_MAX:
             # written by its partial program
@@ -1114,7 +1127,7 @@ def planner_shape(block_b: int) -> tuple[int, int]:
 
 def launch_plan(
     cache_seqlens, num_kv_heads, num_sms, max_chunks, block_n, num_cand, saturation, pdl=False, features=None,
-    counters=None, dual_path=False, long_mean=0, tail_first=0, chain=False, even_span=0,
+    counters=None, dual_path=False, long_mean=0, tail_first=0, chain=False, even_span=0, narrow=False,
 ):  # fmt: skip
     """Run _plan_kernel: the planned cut as int32 [4, max_chunks + B] (layout in _plan_kernel's docstring), chunks of
     block_n * 2^k tokens (k < num_cand) of each sequence's visible range, for at most max_chunks chunk slots,
@@ -1123,7 +1136,7 @@ def launch_plan(
     combine's int32 arrival counters, zeroed by the planner (None: not fused). dual_path: launched after the
     single pass of a dual-path call (``decode_splitk``), with PDL when pdl, and idle on an even batch (of mean
     visible length < long_mean, if > 0; an even batch of longer ones is cut from sequence tail_first on; even over
-    even_span sequences if > 0: ``full_grid_span``)."""
+    even_span sequences if > 0: ``full_grid_span``). narrow: ``narrow_cut``'s."""
     batch = cache_seqlens.shape[0]
     features = features or Features()
     plan = workspace((4, max_chunks + batch), torch.int32, cache_seqlens.device)
@@ -1139,7 +1152,7 @@ def launch_plan(
         HAS_WINDOW=features.window_left is not None, Q_LEN=features.q_len, USE_PDL=pdl, num_warps=warps,
         EVEN_B=block_b if dual_path else 0, **({"launch_pdl": True} if pdl and (dual_path or chain) else {}),
         WAVE_SAT=wave_saturation(saturation), LONG_MEAN=long_mean, EVEN_SPAN=even_span, ORDER=PLANNER_ORDER,
-        EQUAL=PLANNER_EQUAL,
+        EQUAL=PLANNER_EQUAL, NARROW=narrow,
     )  # fmt: skip
     return plan
 
@@ -1279,13 +1292,20 @@ def inline_block_b(batch: int) -> int:
     return next_power_of_2(batch) if batch <= 2 else max(8, next_power_of_2(batch))
 
 
-def inline_plan_args(batch, num_sms, block_n, num_cand, saturation) -> dict:
+def inline_plan_args(batch, num_sms, block_n, num_cand, saturation, narrow=False) -> dict:
     """The partial kernel's arguments for computing the planned cut in place (``inline_chunk``), beside the lengths,
-    window and BLOCK_N it takes anyway."""
+    window and BLOCK_N it takes anyway; narrow: ``narrow_cut``'s."""
     return dict(
         NUM_SMS=num_sms, INLINE_PLAN=True, BLOCK_B=inline_block_b(batch), LOG2_BLOCK_N=block_n.bit_length() - 1,
         NUM_CAND=num_cand, SATURATION=saturation, OVERHEAD=CHUNK_OVERHEAD_TOKENS, WAVE_SAT=wave_saturation(saturation),
+        NARROW=narrow,
     )  # fmt: skip
+
+
+def narrow_cut(batch: int, max_tokens: int, num_kv_heads: int) -> bool:
+    """Whether ``_chunk_layout`` may count in int32 (NARROW): B sequences of at most max_tokens (the table's
+    capacity) have at most B * max_tokens tokens and chunks, and B * max_tokens * Hkv programs, below 2^31."""
+    return bool(NARROW_CUT) and batch * max_tokens * num_kv_heads < 2**31
 
 
 def launch_combine(
@@ -1418,6 +1438,7 @@ def decode_splitk(
     else:
         chunks, fixed = max(batch * num_splits, FIXED_GRID_SLOTS), num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
+    narrow = narrow_cut(batch, max_tokens, num_kv_heads)
     o_part = workspace((chunks, q_len * num_q_heads, cfg["BLOCK_D"]), torch.float32, q.device)
     lse_part = workspace((chunks, q_len * num_q_heads), torch.float32, q.device)
     lse_arg = lse if lse is not None else lse_part
@@ -1439,7 +1460,7 @@ def decode_splitk(
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
     if INLINE_PLAN_MAX_BATCH and not fixed and not fused and not host and batch <= INLINE_PLAN_MAX_BATCH:
-        inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation)
+        inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation, narrow)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
         decode_single(
@@ -1456,7 +1477,7 @@ def decode_splitk(
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
-            counters, dual_path, long_mean, tail_first, chain, span,
+            counters, dual_path, long_mean, tail_first, chain, span, narrow,
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
