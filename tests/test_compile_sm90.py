@@ -54,7 +54,7 @@ BASE = dict(GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D
             Q_LEN=1, KV_FP8=2 if KV != "*bf16" else 0, SCALE_PTR=False, USE_PDL=True, SPLIT_TOKENS=0, FUSED_MAX=0, MERGE_UNROLL=4,
             INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=6, NUM_CAND=1, SATURATION=4, OVERHEAD=32, PREFETCH_PAGES=False,
             HEADS_FIRST=False, NUM_SMS=132, EVEN_B=0, WAVE_SAT=0, LONG_MEAN=0, OFFS_I32=True, V_T=False, LONGEST_B=0)
-INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3)
+INLINE = dict(INLINE_PLAN=True, BLOCK_B=16, NUM_CAND=16, WAVE_SAT=3, NARROW=True)
 PREFETCH = dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True)
 for window in (False, True):
     for q_len in (1, 4):
@@ -65,6 +65,7 @@ for window in (False, True):
 for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_TOKENS=1024),
               dict(NUM_SPLITS=0, Q_LEN=4, **FEATURES), dict(NUM_SPLITS=3, SCALE_PTR=True, **FEATURES),
               dict(NUM_SPLITS=0, **INLINE), dict(NUM_SPLITS=0, Q_LEN=4, **INLINE, **FEATURES),
+              dict(NUM_SPLITS=0, **dict(INLINE, NARROW=False)),
               dict(NUM_SPLITS=0, **INLINE, **PREFETCH), dict(NUM_SPLITS=4, **PREFETCH, **FEATURES),
               dict(NUM_SPLITS=4, **PREFETCH, OFFS_I32=False)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
@@ -93,7 +94,8 @@ compile_sm90(triton_splitk._plan_kernel, dict(
     Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=64, WAVE_SAT=0, LONG_MEAN=1024))
 compile_sm90(triton_splitk._plan_kernel, dict(
     BLOCK_B=128, BLOCK_N=32, LOG2_BLOCK_N=5, NUM_CAND=16, SATURATION=4, OVERHEAD=64, BLOCK_I=4, HAS_WINDOW=False,
-    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=128, WAVE_SAT=3, LONG_MEAN=0, EVEN_SPAN=66, ORDER=True, EQUAL=True))
+    Q_LEN=1, USE_PDL=True, NUM_SMS=132, EVEN_B=128, WAVE_SAT=3, LONG_MEAN=0, EVEN_SPAN=66, ORDER=True, EQUAL=True,
+    NARROW=True))
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64, EVEN_B=256, LONG_MEAN=1024),
               dict(NUM_SPLITS=0, EVEN_B=16, EQUAL=True, **INLINE, **PREFETCH)):
     compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra})
@@ -145,12 +147,12 @@ worst = []
 variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
 # the dual path's evenness test runs before the main loop: one group is enough
 variants += [(6, dict(FUSED_MAX=64, EVEN_B=256, LONG_MEAN=1024))]
-variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16, WAVE_SAT=3))
-             for g in (1, 6, 7) for b in (1, 2, 4, 16)]
+variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16, WAVE_SAT=3,
+                      NARROW=narrow)) for g in (1, 6, 7) for b in (1, 2, 4, 16) for narrow in (True, False)]
 # the prefetching 32-token tile (launch_config's PREFETCH_TILE), planner-fed and in place
 variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)) for g in (4, 6, 7, 8)
              for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
-                                     WAVE_SAT=3))]
+                                     WAVE_SAT=3, NARROW=True))]
 for group, extra in variants:
     consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE, "GROUP": group,
               **extra}

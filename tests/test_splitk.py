@@ -23,6 +23,7 @@ from flashdecode.triton_splitk import (
     split_bounds,
     splitk_partials_mirror,
     grid_chunks,
+    narrow_cut,
     num_candidates,
 )
 
@@ -56,17 +57,20 @@ def test_partials_match_mirror_fixed_splits(device):
     assert max_err(o_part[..., :64], ref_o) <= 1e-5
 
 
+@pytest.mark.parametrize("narrow", [True, False], ids=["int32-cut", "int64-cut"])
 @pytest.mark.parametrize(
     "num_sms,inline_max,combine", [(8, 16, False), (64, 16, True), (64, 0, True)], ids=["fused", "inline", "planner"]
 )
-def test_partials_match_mirror_planned(num_sms, inline_max, combine, device, monkeypatch):
+def test_partials_match_mirror_planned(num_sms, inline_max, combine, narrow, device, monkeypatch):
     """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
     single-chunk sequences go straight to the output. Three ways to run the cut: B * Hq >= #SMs merges in the
     partial kernel (planner kernel, no combine launch); fewer pairs with a small batch plan in place (no planner
-    launch: ``inline_chunk``); or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0)."""
+    launch: ``inline_chunk``); or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0). Each counts in
+    int32 (``narrow_cut``, these shapes) or int64 (NARROW_CUT off), to the same cut."""
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
+    monkeypatch.setattr(triton_splitk, "NARROW_CUT", narrow)
     launched = {"plan": 0, "combine": 0}
     for name in launched:
         real = getattr(triton_splitk, f"launch_{name}")
@@ -163,6 +167,16 @@ def test_grid_chunks_sized_from_batch_and_sms():
     assert grid_chunks(batch=4, num_kv_heads=8, num_sms=132) == 4 + 132
     assert grid_chunks(batch=1, num_kv_heads=2, num_sms=132) == 1 + 528
     assert num_candidates(131072, 64) == 16 and num_candidates(64, 64) == 2
+
+
+def test_narrow_cut_bound(monkeypatch):
+    """The cut counts in int32 while B * table tokens * Hkv (a bound on its tokens, chunks and programs) < 2^31."""
+    from flashdecode import triton_splitk
+
+    assert narrow_cut(512, 131072, 8) and narrow_cut(16, 2**20, 64)
+    assert not narrow_cut(512, 2**20, 4) and not narrow_cut(1, 2**31, 1)
+    monkeypatch.setattr(triton_splitk, "NARROW_CUT", False)
+    assert not narrow_cut(1, 512, 1)
 
 
 def test_auto_rule(device, monkeypatch):
@@ -340,16 +354,16 @@ def test_planned_merge_fused_or_launched(fused, fused_max, inline_max, launches,
 
 
 @pytest.mark.parametrize(
-    "batch,spread",
-    [pytest.param(b, s, id=f"B{b}-{('even', 'uneven')[s]}") for b, s in [(1, 1), (9, 1), (40, 1), (300, 1), (9, 0),
-                                                                           (40, 0)]],
-)
-def test_planner_kernel_writes_the_mirrors_cut(batch, spread, device):
+    "batch,spread,narrow",
+    [pytest.param(b, s, n, id=f"B{b}-{('even', 'uneven')[s]}-{('int64', 'int32')[n]}")
+     for b, s, n in [(1, 1, 1), (9, 1, 1), (40, 1, 1), (300, 1, 1), (9, 0, 1), (40, 0, 1), (9, 1, 0), (300, 1, 0)]],
+)  # fmt: skip
+def test_planner_kernel_writes_the_mirrors_cut(batch, spread, narrow, device):
     """The planner kernel's cut equals ``chunk_plan``'s entry by entry, at batch sizes that use every planner shape
     (64 slots x 4 warps per program down to 4 slots x 1 warp), in ``dispatch_order``: (sequence, start, end, chunk
     id) per used grid slot, unused slots marked with sequence B, and each sequence's first chunk and chunk count. An
     uneven batch goes longest first (every full chunk, then the last ones, longest bucket first); an even one (lengths
-    2000..2999) in chunk order."""
+    2000..2999) in chunk order. The cut's counts in int32 (``narrow_cut``) or int64, alike."""
     from flashdecode.triton_splitk import SATURATION_PER_SM, chunk_size, dispatch_order, launch_plan
 
     g = torch.Generator().manual_seed(batch)
@@ -359,7 +373,9 @@ def test_planner_kernel_writes_the_mirrors_cut(batch, spread, device):
         lens[batch // 2] = 2999  # uneven with a long last chunk for B 1 too
     hkv, sms, block_n = 2, 16, 64
     slots, num_cand = grid_chunks(batch, hkv, sms), num_candidates(3000, block_n)
-    plan = launch_plan(lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM).cpu()
+    plan = launch_plan(
+        lens.to(torch.int32).to(device), hkv, sms, slots, block_n, num_cand, SATURATION_PER_SM, narrow=bool(narrow)
+    ).cpu()
     expect = chunk_plan(lens.tolist(), hkv, sms, slots, block_n, num_cand)
     order = dispatch_order(lens.tolist(), chunk_size(lens.tolist(), hkv, sms, slots, block_n, num_cand), block_n)
     assert sorted(order) == list(range(len(expect)))

@@ -50,6 +50,7 @@ from .triton_splitk import (
     launch_combine,
     launch_plan,
     locate_chunk,
+    narrow_cut,
     num_candidates,
     store_chunk,
 )
@@ -364,8 +365,12 @@ def decode_tma(
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     if num_splits is None:
         chunks, fixed = grid_slots(batch, num_kv_heads, num_sms, programs_per_sm), 0
-        num_cand = num_candidates(block_table.shape[1] * page_size, block_n)
-        plan = launch_plan(cache_seqlens, num_kv_heads, num_sms, chunks, block_n, num_cand, programs_per_sm)
+        max_tokens = block_table.shape[1] * page_size
+        num_cand = num_candidates(max_tokens, block_n)
+        plan = launch_plan(
+            cache_seqlens, num_kv_heads, num_sms, chunks, block_n, num_cand, programs_per_sm,
+            narrow=narrow_cut(batch, max_tokens, num_kv_heads),
+        )  # fmt: skip
     else:
         chunks, fixed = batch * num_splits, num_splits
         # fixed mode never reads the plan
