@@ -3,13 +3,13 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut|mhaslots]
+    python scripts/variant_probe.py [cut]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
 instead of the table's capacity (``num_candidates``; what a bound read from the lengths would give, the same cut).
-mhaslots: the MHA tiles' planned grid with 8 (``EXTRA_PROGRAMS_PER_SM``), 4 or 3 unused-slot programs per SM
-(``MHA_EXTRA_PROGRAMS_PER_SM``). Rows in serving-sized tables (T131072) and in their own.
+Rows in serving-sized tables (T131072) and in their own. (At a16535e a set "mhaslots" measured the MHA tiles'
+grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept.)
 """
 
 import sys
@@ -23,18 +23,11 @@ SHAPES = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (16, 4096, 12
           (16, 4096, 12, 2), (8, 2048, 28, 4), (1, 2048, 28, 4)]  # fmt: skip
 CONTROLS = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 4096, 12, 12), (8, 2048, 28, 4), (4, 16384, 12, 12),
             (1, 65536, 12, 12), (1, 131072, 12, 12), (1, 65536, 12, 2), (1, 32768, 32, 32)]
-MHA_SHAPES = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (16, 4096, 12, 12), (1, 65536, 12, 12),
-              (1, 32768, 40, 40)]  # fmt: skip
-MHA_CONTROLS = [(4, 1024, 12, 12), (16, 4096, 12, 12), (4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12),
-                (1, 8192, 40, 40), (2, 2048, 12, 12)]  # fmt: skip
 
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)])}
 VARIANTS = {
     "cut": ((SHAPES, CONTROLS), [("int64", dict(NARROW_CUT=False), False), ("int32", dict(NARROW_CUT=True), False),
                                  ("i32 fit", dict(NARROW_CUT=True), True)]),
-    "mhaslots": ((MHA_SHAPES, MHA_CONTROLS), [("slots 8", dict(MHA_EXTRA_PROGRAMS_PER_SM=None), False),
-                                             ("slots 4", dict(MHA_EXTRA_PROGRAMS_PER_SM=4), False),
-                                             ("slots 3", dict(MHA_EXTRA_PROGRAMS_PER_SM=3), False)]),
 }  # fmt: skip
 
 

@@ -252,7 +252,7 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
             head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, False, long_tile
         )  # fmt: skip
         chunk = splitk.chunk_size(
-            visible, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms, tile=tile), cfg["BLOCK_N"],
+            visible, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), cfg["BLOCK_N"],
             splitk.num_candidates(max_tokens, cfg["BLOCK_N"]), saturation,
         )  # fmt: skip
         return cfg, chunk, tile, saturation

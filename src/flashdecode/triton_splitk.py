@@ -136,9 +136,6 @@ EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 # 859.0, 80 x 4096 32/8 347.4 -> 347.8 / 325.1, 76 x 2048 32/8 178.3 -> 178.2 / 169.2; but 8 x 2048 28/4 (planned in
 # place) 17.3 -> 18.4 / 19.6, hence only there
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
-# ...and for the MHA tiles (None: EXTRA_PROGRAMS_PER_SM), whose cut aims at 3 programs per SM, so that a short
-# batch's few busy programs do not queue behind as many unused ones (measured: docs/design.md)
-MHA_EXTRA_PROGRAMS_PER_SM = None
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
 # the planner dispatches an uneven batch's chunks longest first (``dispatch_chunks``). False: in sequence order.
@@ -943,14 +940,10 @@ def _combine_kernel(
         tl.store(LSE + seq * num_rows + row, lse)
 
 
-def grid_chunks(batch: int, num_kv_heads: int, num_sms: int, extra: int | None = None, tile: str = "") -> int:
-    """Chunk slots of the planned grid: one per sequence plus extra (EXTRA_PROGRAMS_PER_SM unless given;
-    MHA_EXTRA_PROGRAMS_PER_SM for the "mha" tiles, if set) programs per SM. Sized from B and the SM count, never from
-    the cache's capacity; the planner only picks cuts that fit."""
-    if extra is None:
-        mha = MHA_EXTRA_PROGRAMS_PER_SM and tile in ("mha", "mha_long")
-        extra = MHA_EXTRA_PROGRAMS_PER_SM if mha else EXTRA_PROGRAMS_PER_SM
-    return batch + cdiv(extra * num_sms, num_kv_heads)
+def grid_chunks(batch: int, num_kv_heads: int, num_sms: int, extra: int | None = None) -> int:
+    """Chunk slots of the planned grid: one per sequence plus extra (EXTRA_PROGRAMS_PER_SM unless given) programs per
+    SM. Sized from B and the SM count, never from the cache's capacity; the planner only picks cuts that fit."""
+    return batch + cdiv((EXTRA_PROGRAMS_PER_SM if extra is None else extra) * num_sms, num_kv_heads)
 
 
 def num_candidates(max_tokens: int, block_n: int) -> int:
@@ -1441,8 +1434,7 @@ def decode_splitk(
         chunks, fixed = table.shape[1] - batch, 0
     elif num_splits is None:
         # the tail gate's planned path takes long batches of more than a wave: more slots, a finer cut
-        extra = TAIL_EXTRA_PROGRAMS_PER_SM if long_mean else None
-        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, extra, tile), 0
+        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, TAIL_EXTRA_PROGRAMS_PER_SM if long_mean else None), 0
     else:
         chunks, fixed = max(batch * num_splits, FIXED_GRID_SLOTS), num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
