@@ -14,6 +14,9 @@ more: past a resident set, trailing idle CTAs make the busy ones share SMs.
     python scripts/dispatch_probe.py         # busy CTAs ahead of idle ones, grids up to 4096
     python scripts/dispatch_probe.py fine    # grids around 4 CTAs per SM (and 2, at 32 warps)
     python scripts/dispatch_probe.py idle    # 16 busy CTAs in every 34 (a planned grid's order), 4 or 5 a SM
+    python scripts/dispatch_probe.py mha     # the MHA tiles' planned grids (2 or 4 a SM) with 8, 4 or 3 slot programs
+                                             # per SM: 1 x 32768 40/40 (8 busy of 28, 15, 11), 1 x 131072 12/12
+                                             # (32 of 89, 45, 34)
 """
 
 import json
@@ -76,7 +79,12 @@ def main():
     period = 0
     if sys.argv[1:] == ["idle"]:
         runs, period = [(4, 16, 34 * 32, r) for r in (4, 5)] + [(4, 512, 512, r) for r in (4, 5)], 34
+    if sys.argv[1:] == ["mha"]:
+        # at most 4 (16 warps) or 2 (32 warps) a SM: a cap of 3 would pad past the 48 KB a launch may take unasked
+        runs = [(w, b, s * h, 0, s) for w in (16, 32) for b, h, slots in ((8, 40, (28, 15, 11)), (32, 12, (89, 45, 34)))
+                for s in slots]  # fmt: skip
     for warps, busy, grid, *cap in runs:
+        period = cap[1] if len(cap) > 1 else period
         if grid >= busy:
             rec = place(busy, grid, warps=warps, period=period if grid > busy else 0, per_sm=cap[0] if cap else 0)
             rec["warps"], rec["per_sm"] = warps, cap[0] if cap else None
