@@ -13,7 +13,6 @@ on purpose, to see what that work costs). A row whose plan is the single pass ti
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
 times fixed splits with that partial tile (BLOCK_N, stages[, warps]) too, as ``decode_splitk(config=...)`` takes it,
 merged as the plan would merge them (``--tile-both``: with the combine launch and in the last split program).
-``--cluster`` also times each S of at most 16 merged after a cluster barrier (``decode_splitk(cluster=True)``).
 ``--plan-only`` times the plan's S alone. ``--no-combine`` also times each combine-launched variant with the calls
 unchained (``CHAIN_PDL`` off), with and without its combine launch (timing only: the output is not merged), to see
 what the combine costs.
@@ -30,7 +29,7 @@ from flashdecode import decode_attention, plan_decode, triton_common, triton_spl
 from flashdecode.bench import probe_case
 from flashdecode.check import max_err
 from flashdecode.api import _num_sms
-from flashdecode.triton_splitk import FIXED_MERGE_MAX_SPLITS, MAX_CLUSTER_SPLITS, decode_splitk, merge_fixed_in_partial
+from flashdecode.triton_splitk import FIXED_MERGE_MAX_SPLITS, decode_splitk, merge_fixed_in_partial
 
 # (lengths, Hq, Hkv)
 ROWS = [
@@ -52,7 +51,6 @@ def main():
     ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages[,warps]: a partial tile to time too")
     ap.add_argument("--plan-only", action="store_true", help="time the plan's S only (no half and double)")
     ap.add_argument("--tile-both", action="store_true", help="time each --tile both merged ways, not as the plan would")
-    ap.add_argument("--cluster", action="store_true", help="also time each S <= 16 merged in a thread-block cluster")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
@@ -71,16 +69,14 @@ def main():
             if plan.backend != "triton":
                 print(f"{name:>16} plan {plan.backend} S={plan.num_splits}: not fixed splits, skipped", flush=True)
                 continue
-            variants = [("single", 1, None, None, False)]
+            variants = [("single", 1, None, None)]
         else:
             splits = [int(s) for s in args.splits.split(",") if s]
             s0 = plan.num_splits
             around = (s0,) if args.plan_only else (s0 // 2, s0, s0 * 2)
             splits = splits or [s for s in around if 1 < s]
-            variants = [(f"fixed S={s}", s, None, None, False) for s in splits]
-            variants += [(f"fused S={s}", s, counters, None, False) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
-            if args.cluster:
-                variants += [(f"cluster S={s}", s, None, None, True) for s in splits if s <= MAX_CLUSTER_SPLITS]
+            variants = [(f"fixed S={s}", s, None, None) for s in splits]
+            variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
             for tile in args.tile:
                 block_n, stages, *warps = map(int, tile.split(","))
                 config = dict(BLOCK_N=block_n, num_stages=stages, **({"num_warps": warps[0]} if warps else {}))
@@ -90,26 +86,24 @@ def main():
                     return [False, True] if args.tile_both else [merge_fixed_in_partial(len(lens), 1, hq, s, sms)]
 
                 variants += [
-                    (f"{tag}{' fused' * fuse} S={s}", s, counters if fuse else None, config, False)
+                    (f"{tag}{' fused' * fuse} S={s}", s, counters if fuse else None, config)
                     for s in splits for fuse in merges(s)
                 ]  # fmt: skip
-        for label, s, ctr, config, cluster in variants:
+        for label, s, ctr, config in variants:
             cycle = itertools.cycle(rotated)
 
-            def fn(c=None, s=s, ctr=ctr, config=config, cluster=cluster):
+            def fn(c=None, s=s, ctr=ctr, config=config):
                 c = c or next(cycle)
                 if s == 1:
                     return decode_attention(*c.args, backend="triton", out=out)
-                return decode_splitk(
-                    *c.args, 128**-0.5, out, None, num_splits=s, counters=ctr, config=config, cluster=cluster
-                )[0]
+                return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr, config=config)[0]
 
             first = max_err(fn(case), ref)
             us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
             err = max_err(fn(case), ref)
             ok = first < 2e-2 and err < 2e-2 and int(counters.abs().sum()) == 0
             assert ok or args.timing_only, (name, label, first, err, counters.nonzero())
-            is_plan = s == plan.num_splits and config is None and (ctr is None) == (plan.counters is None) and not cluster
+            is_plan = s == plan.num_splits and config is None and (ctr is None) == (plan.counters is None)
             mark = " (plan)" if is_plan else ""
             note = "" if ok else f"  err {err:.3g}, counters {int(counters.abs().sum())}"
             counters.zero_()

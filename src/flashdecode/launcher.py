@@ -61,15 +61,10 @@ _SMEM_UNIT, _SMEM_DEFAULT_MAX = 128, 48 * 1024
 _capped: dict = {}
 
 
-def launch(kernel, grid, *args, programs_per_sm=None, cluster=0, **kwargs):
+def launch(kernel, grid, *args, programs_per_sm=None, **kwargs):
     """``kernel[grid](*args, **kwargs)``, noted by the call being recorded, if any. Returns what Triton returns.
     programs_per_sm: at most this many of the compiled kernel's programs share an SM from its next launch on
-    (``cap_programs_per_sm``). cluster: launch every `cluster` consecutive programs along grid dimension 0 (which it
-    must divide) as one thread-block cluster (sm_90+; ``set_cluster``)."""
-    if cluster:
-        # compile without launching, so that the first launch is already in clusters
-        set_cluster(kernel.warmup(*args, grid=grid, **kwargs), cluster)
-        grid = (grid[0] // cluster, *grid[1:])
+    (``cap_programs_per_sm``)."""
     compiled = kernel[grid](*args, **kwargs)
     if programs_per_sm and compiled is not None and _capped.get(compiled) != programs_per_sm:
         cap_programs_per_sm(compiled, programs_per_sm)
@@ -113,16 +108,6 @@ def cap_programs_per_sm(compiled, programs: int) -> bool:
         return False
     compiled.packed_metadata = (meta[0], meta[1], shared)
     return shared != compiled.metadata.shared
-
-
-def set_cluster(compiled, size: int) -> None:
-    """Launch a compiled Triton kernel (built with num_ctas=1, so its programs are independent) in thread-block
-    clusters of `size` programs along grid dimension 0: the cluster size is the second field of the packed launch
-    metadata, and Triton's launcher then launches grid[0] * size programs, `size` to a cluster (16 with the
-    non-portable opt-in)."""
-    meta = compiled.packed_metadata
-    assert len(meta) == 3 and compiled.metadata.num_ctas == 1, "cluster launch of a num_ctas=1 CUDA kernel"
-    compiled.packed_metadata = (meta[0], size, meta[2])
 
 
 def workspace(shape, dtype, device) -> torch.Tensor:

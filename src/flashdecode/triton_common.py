@@ -108,18 +108,6 @@ def let_next_start(USE_PDL: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-@triton.jit
-def cluster_barrier(x):
-    """Every thread of the program's thread-block cluster (sm_90+) arrives, releasing its earlier global stores at
-    cluster scope, and waits for all the others, acquiring theirs. x: any int32 scalar (the asm needs an operand);
-    returns it. The launch must make the cluster (``launcher.launch(cluster=...)``); every program of a cluster must
-    reach this."""
-    return tl.inline_asm_elementwise(
-        "barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;\n\tmov.b32 $0, $1;",
-        "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1,
-    )
-
-
 # a batch is "even" (``even_batch``) when its longest visible length is at most 1 + 1 / EVEN_SLACK times the mean:
 # 3/2. H200, uneven batches of 2-4 single-pass programs per SM (perf_probe threshold at 90052d2 and waves at ec6bdac,
 # graph µs, planned / single pass): max / mean 1.12: 261.2 / 247.7, 1.23: 26.3 / 22.5, 1.25: 273.8 / 249.3, 1.38:

@@ -73,7 +73,6 @@ from .triton_common import (
     cache_offsets_fit_int32,
     cdiv,
     chain_pdl,
-    cluster_barrier,
     dot_in_fp32,
     even_lengths,
     even_test,
@@ -190,9 +189,6 @@ FUSED_EXPECTED_CHUNKS = 8
 # 16 x 4096 12/2 22.5 -> 23.7, 8 x 4096 28/4 22.9 -> 23.7, 4 x 4096 32/8 22.6 -> 23.4, 8 x 1024 28/4 9.9 -> 10.4,
 # 12 x 2048 12/2 12.5 -> 12.7, 16 x 2048 28/4 23.9 -> 24.0 (was 8 until then)
 FIXED_MERGE_MAX_SPLITS = 4
-# cluster merge (``decode_splitk(cluster=True)``): at most 16 programs a cluster (8 portable, 16 on sm_90 with the
-# non-portable opt-in Triton's launcher gives)
-MAX_CLUSTER_SPLITS = 16
 # plan_decode's fixed splits of PREFETCH_TILE (32 tokens, groups of 4-16 at head dim 128) take at least this many tiles
 # each: a planned cut into shorter chunks is halved while B * Hkv * head blocks * S/2 still gives every SM a program.
 # The planner's cut (its wave floor) prices a half-full SM as a full one; fixed splits, with no per-program plan, pay
@@ -607,8 +603,7 @@ def merge_if_last(
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
-    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False, split=0,
-    CLUSTER: tl.constexpr = False,
+    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False,
 ):  # fmt: skip
     """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
     program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
@@ -619,8 +614,7 @@ def merge_if_last(
     finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
     chunks per step, or all at once for at most MERGE_UNROLL_ALL fixed splits (the result does not depend on the
     arrival order). RESET (a host table's counters, which no planner zeroes): the merger resets its counter, as in
-    fixed mode. CLUSTER (fixed mode): a sequence's NUM_SPLITS programs (for one KV head and head block) run as one
-    thread-block cluster; a cluster barrier replaces the counter, and split NUM_SPLITS - 1 merges."""
+    fixed mode."""
     if NUM_SPLITS > 0:
         # fixed mode: chunk ids are sequence-major
         first = seq * NUM_SPLITS
@@ -628,14 +622,9 @@ def merge_if_last(
     else:
         first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
     if count <= FUSED_MAX:
-        if CLUSTER:
-            # every split's stores are released to the cluster, the last split acquires them
-            last = cluster_barrier(split) == NUM_SPLITS - 1
-        else:
-            tl.debug_barrier()
-            arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
-            last = arrived == count - 1
-        if last:
+        tl.debug_barrier()
+        arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
+        if arrived == count - 1:
             row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
             offs_d = tl.arange(0, BLOCK_D)
             # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
@@ -666,7 +655,7 @@ def merge_if_last(
                 OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
                 GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
             )  # fmt: skip
-            if (NUM_SPLITS > 0 or RESET) and not CLUSTER:
+            if NUM_SPLITS > 0 or RESET:
                 # fixed mode and host tables have no planner to zero the counters: every arrival is in, so reset it
                 # for the next call
                 tl.store(COUNTERS + slot, 0)
@@ -752,7 +741,6 @@ def _partial_kernel(
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
     NARROW: tl.constexpr = False,
-    CLUSTER: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -817,7 +805,7 @@ def _partial_kernel(
             batch, max_chunks,
             stride_ob, stride_ot, stride_oh, num_q_heads,
             GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL, NUM_SPLITS,
-            HOST_TABLE, chunk_id % NUM_SPLITS if CLUSTER else 0, CLUSTER,
+            HOST_TABLE,
         )  # fmt: skip
 
 
@@ -1368,7 +1356,7 @@ def launch_combine(
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
     config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, counters=None,
-    long_tile=False, table=None, cluster=False,
+    long_tile=False, table=None,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -1397,9 +1385,6 @@ def decode_splitk(
             at least B * Hkv * head blocks, at most FUSED_MAX_CHUNKS chunks a sequence in the table) the last
             chunk program of each (sequence, KV head, head block) merges and resets its counter, else a combine
             launch merges.
-        cluster: fixed mode, 1 < S <= MAX_CLUSTER_SPLITS, on sm_90+: each (sequence, KV head, head block)'s S split
-            programs run as one thread-block cluster and its last split merges them after a cluster barrier: no
-            counters, no combine launch.
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -1467,10 +1452,7 @@ def decode_splitk(
     # table cannot hold one
     combine = not fused or (not host and cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS)
     fused_fixed = bool(fixed) and counters is not None and 1 < fixed <= FUSED_MAX_CHUNKS and not split_tokens
-    if cluster:
-        assert 1 < fixed <= MAX_CLUSTER_SPLITS and not split_tokens and counters is None, f"cluster: S {fixed}"
-        fused_fixed, combine = True, False
-    elif fused_fixed or (host and fused):
+    if fused_fixed or (host and fused):
         assert counters.dtype == torch.int32 and counters.numel() >= batch * num_kv_heads * head_blocks, "counters"
         combine = False
     else:
@@ -1500,7 +1482,7 @@ def decode_splitk(
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
     # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
-    heads_first = tile in PARTIAL_HEADS_FIRST and (FIXED_HEADS_FIRST or not fixed) and not cluster
+    heads_first = tile in PARTIAL_HEADS_FIRST and (FIXED_HEADS_FIRST or not fixed)
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     launch(
         _partial_kernel, grid,
@@ -1523,8 +1505,7 @@ def decode_splitk(
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
-        programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation, CLUSTER=cluster,
-        cluster=fixed if cluster else 0,
+        programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
     )  # fmt: skip
     if combine:
         # the lengths arguments the combine needs to plan in place or to take the evenness test
