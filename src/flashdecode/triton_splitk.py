@@ -309,17 +309,12 @@ def _chunk_layout(
     # every sequence gets at least one chunk: an empty one's single empty chunk writes out = 0, lse = -inf itself
     per_seq = tl.where(mine, tl.maximum((lens[None, :] + (cand[:, None] - 1)) >> shift, 1), 0)
     # an SM's programs one after another, each of the mean chunk length, or one resident set of the longest chunk
-    if NARROW:
-        count = tl.sum(per_seq, axis=1)
-        total = tl.sum(lens, axis=0)
-        per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS).to(tl.int64)
-        mean = tl.cdiv(total, tl.maximum(count, 1)).to(tl.int64)
-        total = total.to(tl.int64)
-    else:
-        count = tl.sum(per_seq, axis=1).to(tl.int64)
-        per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS)
-        total = tl.sum(lens.to(tl.int64), axis=0)
-        mean = tl.cdiv(total, tl.maximum(count, 1))
+    count_t: tl.constexpr = tl.int32 if NARROW else tl.int64
+    count = tl.sum(per_seq.to(count_t), axis=1)
+    total = tl.sum(lens.to(count_t), axis=0)
+    per_sm = tl.cdiv(count * num_kv_heads, NUM_SMS).to(tl.int64)
+    mean = tl.cdiv(total, tl.maximum(count, 1)).to(tl.int64)
+    total = total.to(tl.int64)
     longest = (tl.minimum(cand, max_len) + OVERHEAD).to(tl.int64)
     if WAVE_SAT:
         # waves of SATURATION resident programs; a partial last wave of r < WAVE_SAT runs at r / WAVE_SAT of the
