@@ -1,7 +1,8 @@
 """flashdecode: paged-KV decode attention kernels in Triton.
 
 Public surface: ``decode_attention`` (with ``plan_decode`` for lengths known on the host), ``merge_states`` and
-``BACKENDS``; for serving, ``append_kv`` and ``PagedKVCache`` (custom ops in ``flashdecode.ops``, the transformers loop in ``flashdecode.integrations``).
+``BACKENDS``; for serving, ``append_kv`` and ``PagedKVCache`` (custom ops in ``flashdecode.ops``, the transformers
+loop in ``flashdecode.integrations``).
 Importing does no work and touches no GPU.
 """
 

@@ -187,7 +187,9 @@ def decode_attention(
         key = None
         if ptrs is not None and not checked and launcher.ENABLED:
             device = torch.cuda.current_device() if q.is_cuda else None
-            options = (backend, num_splits, softmax_scale, bool(return_lse), deterministic, device, feature_fields, plan)
+            options = (
+                backend, num_splits, softmax_scale, bool(return_lse), deterministic, device, feature_fields, plan
+            )  # fmt: skip
             key = (meta, options, launcher.address_key(ptrs))
             if launcher.replay(key, inputs, device, ptrs):
                 return (out, lse) if return_lse else out

@@ -160,7 +160,9 @@ PRESETS = {
     "gqa": lambda: _constant_tokens(12, 2),
     "long": lambda: [_uniform(1, s, 32, 32) for s in (8192, 16384, 32768, 65536, 131072)],
     "qwen": lambda: [_uniform(b, s, 28, 4) for b in (1, 8) for s in (128, 256, 512, 1024, 2048)],
-    "serving": lambda: [_uniform(b, s, 32, 8) for b, s in ((64, 2048), (64, 8192), (128, 4096), (256, 2048), (256, 4096))],
+    "serving": lambda: [
+        _uniform(b, s, 32, 8) for b, s in ((64, 2048), (64, 8192), (128, 4096), (256, 2048), (256, 4096))
+    ],
     "ragged": lambda: [
         Row([131072] + [1024] * 63, 32, 8, label="ragged 1x131072+63x1024 32/8"),
         _uniform(64, 3064, 32, 8, label="uniform 64x3064 32/8 (same bytes)"),
@@ -479,7 +481,8 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
             except Skip as e:
                 rec.update(status="skipped", reason=str(e))
             except Exception as e:  # a peer failing must not stop the sweep; the record says what happened
-                rec.update(status="error", reason=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+                first_line = str(e).splitlines()[0][:200] if str(e) else ""
+                rec.update(status="error", reason=f"{type(e).__name__}: {first_line}")
             results.append(rec)
             bar.update(1)
         del copies, case
@@ -615,7 +618,8 @@ def markdown_table(results, meta) -> str:
         mb = recs[0]["kv_bytes"] / 1e6 if recs[0] else 0
         lines.append(f"| {row} | {mb:.1f} | " + " | ".join(_cell(r) if r else "" for r in recs) + f" | {best} |")
     head = (
-        f"{unit}; GPU {meta.get('gpu')}, commit {str(meta.get('commit'))[:10]}{' (dirty)' if meta.get('dirty') else ''}, "
+        f"{unit}; GPU {meta.get('gpu')}, commit {str(meta.get('commit'))[:10]}"
+        f"{' (dirty)' if meta.get('dirty') else ''}, "
         f"torch {meta.get('torch')}, triton {meta.get('triton')}, flashinfer {meta.get('flashinfer')}, "
         f"read bandwidth {meta.get('read_bandwidth_gbps') or 0:.0f} GB/s, timing: {meta.get('timing')}"
     )
@@ -628,13 +632,16 @@ def markdown_table(results, meta) -> str:
         detail.append(
             f"| {r['row']} | {r['backend']} | {f('graph_us', '{:.1f}')} | {f('eager_us', '{:.1f}')} | "
             f"{f('gbps', '{:.0f}')} | {f('pct_peak', '{:.1f}')} | {f('speedup_vs_best_other', '{:.2f}x')} | "
-            f"{f('bound_us', '{:.1f}')} | {r.get('l2', '')} | {r['status']}{': ' + r['reason'] if r.get('reason') else ''} |"
+            f"{f('bound_us', '{:.1f}')} | {r.get('l2', '')} | {r['status']}"
+            f"{': ' + r['reason'] if r.get('reason') else ''} |"
         )
     return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(detail) + "\n"
 
 
 def terminal_table(results, meta) -> str:
-    lines = [f"{'row':<34} {'backend':<14} {'graph us':>9} {'eager us':>9} {'GB/s':>6} {'%peak':>6} {'vs best':>8}  status"]
+    lines = [
+        f"{'row':<34} {'backend':<14} {'graph us':>9} {'eager us':>9} {'GB/s':>6} {'%peak':>6} {'vs best':>8}  status"
+    ]
     for r in results:
         g = f"{r['graph_us']:.1f}" if r.get("graph_us") else "-"
         e = f"{r['eager_us']:.1f}" if r.get("eager_us") else "-"
@@ -655,7 +662,9 @@ def compare(results, previous_path, threshold=0.05) -> list[str]:
         old = before.get((r["row"], r["backend"]))
         key = "graph_us" if r.get("graph_us") else "eager_us"
         if old and old.get(key) and r.get(key) and r[key] > old[key] * (1 + threshold):
-            lines.append(f"SLOWER {r['row']} {r['backend']}: {old[key]:.1f} -> {r[key]:.1f} us ({r[key] / old[key]:.2f}x)")
+            lines.append(
+                f"SLOWER {r['row']} {r['backend']}: {old[key]:.1f} -> {r[key]:.1f} us ({r[key] / old[key]:.2f}x)"
+            )
     return lines
 
 
@@ -684,7 +693,10 @@ def parse_ints(text: str) -> list[int]:
 
 
 def add_bench_arguments(p):
-    p.add_argument("--preset", default=None, help=f"comma-separated presets: {', '.join(PRESETS)} (default: anchor on a GPU, tiny on CPU)")
+    p.add_argument(
+        "--preset", default=None,
+        help=f"comma-separated presets: {', '.join(PRESETS)} (default: anchor on a GPU, tiny on CPU)",
+    )
     p.add_argument("--batch", help="free-form rows: batch sizes, e.g. 1,8,64 or 1:256:x2")
     p.add_argument("--seqlen", help="free-form rows: lengths, e.g. 1024:131072:x2")
     p.add_argument("--heads", default="32/8", help="free-form rows: query/KV heads (default 32/8)")

@@ -82,7 +82,8 @@ def cmd_run(args) -> int:
         ok, err = check_output(out, ref_out, tolerance)
         failed += not ok
         rel = float((out.double().cpu() - ref_out).norm() / ref_out.norm().clamp_min(1e-30))
-        rows.append((backend, err, rel, ok, _time_call(lambda b=backend: decode_attention(*case.args, backend=b), on_gpu)))
+        us = _time_call(lambda b=backend: decode_attention(*case.args, backend=b), on_gpu)
+        rows.append((backend, err, rel, ok, us))
     print(f"{'backend':<14} {'max|err|':>10} {'rel err':>10} {'ok':>4} {'time':>12}")
     for backend, err, rel, ok, seconds in rows:
         print(f"{backend:<14} {err:>10.3g} {rel:>10.3g} {'yes' if ok else 'NO':>4} {_fmt_time(seconds):>12}")

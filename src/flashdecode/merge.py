@@ -66,6 +66,8 @@ def _check_pair(out_name, out, lse_name, lse):
     if lse.dtype != torch.float32:
         raise TypeError(f"{lse_name} must be float32, got {lse.dtype}")
     if out.dim() < 1 or tuple(lse.shape) != tuple(out.shape[:-1]):
-        raise ValueError(f"{lse_name} must have shape {tuple(out.shape[:-1])} (= {out_name}.shape[:-1]), got {tuple(lse.shape)}")
+        raise ValueError(
+            f"{lse_name} must have shape {tuple(out.shape[:-1])} (= {out_name}.shape[:-1]), got {tuple(lse.shape)}"
+        )
     if lse.device != out.device:
         raise ValueError(f"{lse_name} must be on {out_name}'s device {out.device}, got {lse.device}")

@@ -38,7 +38,10 @@ def plot_results(results, meta, out_dir) -> list[str]:
     colors = {b: palette[i % len(palette)] for i, b in enumerate(dict.fromkeys(r["backend"] for r in results))}
     paths = []
     for fname, x_key, y_fn, y_label, x_label in (
-        ("gbps_vs_seqlen.png", "max_seqlen", lambda r: r.get("gbps"), "GB/s (K+V+q+out over time)", "context length (tokens)"),
+        (
+            "gbps_vs_seqlen.png", "max_seqlen", lambda r: r.get("gbps"), "GB/s (K+V+q+out over time)",
+            "context length (tokens)",
+        ),
         ("us_vs_batch.png", "batch", _time, "µs per call", "batch size"),
     ):
         n = len(groups)

@@ -311,7 +311,9 @@ def check_supported(q, k_cache, v_cache):
             f"(one TMA box and one tl.dot per page), got {page_size}"
         )
     if head_dim > MAX_BOX:
-        raise ValueError(f"head_dim must be <= {MAX_BOX} for backend 'triton_tma' (a TMA box dimension), got {head_dim}")
+        raise ValueError(
+            f"head_dim must be <= {MAX_BOX} for backend 'triton_tma' (a TMA box dimension), got {head_dim}"
+        )
     if v_token_major(v_cache):
         raise ValueError(
             "backend 'triton_tma' reads V in TMA boxes of head-dim rows, so v_cache must have a contiguous head "
