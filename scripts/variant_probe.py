@@ -3,20 +3,24 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut]
+    python scripts/variant_probe.py [cut | capacity]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
 instead of the table's capacity (``num_candidates``; what a bound read from the lengths would give, the same cut).
 Rows in serving-sized tables (T131072) and in their own. (At a16535e a set "mhaslots" measured the MHA tiles'
 grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept.)
+
+capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
+as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
+batches.
 """
 
 import sys
 
 from table_probe import report
 
-from flashdecode import launcher, triton_splitk
+from flashdecode import api, launcher, triton_splitk
 from flashdecode.bench import SERVING_TABLE_TOKENS, Row, run_rows
 
 SHAPES = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (16, 4096, 12, 12), (64, 1024, 12, 2),
@@ -24,29 +28,49 @@ SHAPES = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (16, 4096, 12
 CONTROLS = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 4096, 12, 12), (8, 2048, 28, 4), (4, 16384, 12, 12),
             (1, 65536, 12, 12), (1, 131072, 12, 12), (1, 65536, 12, 2), (1, 32768, 32, 32)]
 
-# {set: (rows, [(column, {constant: value}, candidates from the longest sequence)])}
+# small batches in small tables: full tables (the benchmark's: the longest sequence's pages and 2 more), tables of
+# 2048 tokens holding shorter sequences, and uneven batches in them
+SMALL = [(1, 256, 28, 4), (1, 1024, 28, 4), (1, 2048, 28, 4), (8, 256, 28, 4), (8, 512, 28, 4), (8, 1024, 28, 4),
+         (8, 2048, 28, 4), (4, 1024, 12, 2), (16, 2048, 12, 2), (4, 1024, 12, 12), (2, 2048, 32, 8)]
+LOOSE = [(1, 256, 28, 4), (8, 256, 28, 4), (8, 512, 28, 4), (16, 256, 12, 2), (4, 256, 12, 12), (8, 128, 32, 8)]
+
+# {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
+# flashdecode.api's, any other triton_splitk's
 VARIANTS = {
     "cut": ((SHAPES, CONTROLS), [("int64", dict(NARROW_CUT=False), False), ("int32", dict(NARROW_CUT=True), False),
                                  ("i32 fit", dict(NARROW_CUT=True), True)]),
+    "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
+                           ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
 
 
-def rows(shapes, controls):
+def rows(shapes):
+    if shapes == "small":
+        uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
+                  Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),
+                  Row([200, 900, 30, 600, 2000, 10, 50, 1200], 28, 4, label="8x10..2000 28/4")]  # fmt: skip
+        loose = [Row([s] * b, hq, hkv, table_tokens=2048) for b, s, hq, hkv in LOOSE]
+        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in SMALL] + loose + uneven
+    shapes, controls = shapes
     big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in shapes]
     uneven = [Row([100, 7000, 300, 2500, 40, 1200, 900, 5000], 12, 12, label="8x40..7000 12/12")]
     return big + [Row([s] * b, hq, hkv) for b, s, hq, hkv in controls] + uneven
 
 
+def module_of(constant):
+    return (api, constant[4:]) if constant.startswith("api.") else (triton_splitk, constant)
+
+
 def main():
-    (shapes, controls), columns = VARIANTS[sys.argv[1] if len(sys.argv) > 1 else "cut"]
-    defaults = {k: getattr(triton_splitk, k) for _, settings, _ in columns for k in settings}
+    shapes, columns = VARIANTS[sys.argv[1] if len(sys.argv) > 1 else "cut"]
+    defaults = {k: getattr(*module_of(k)) for _, settings, _ in columns for k in settings}
     table_sized = triton_splitk.num_candidates
     results = []
-    for row in rows(shapes, controls):
+    for row in rows(shapes):
         longest = max(row.seqlens)
         for name, settings, fit in columns + [(columns[0][0] + " again",) + columns[0][1:]]:
             for constant, value in settings.items():
-                setattr(triton_splitk, constant, value)
+                setattr(*module_of(constant), value)
             triton_splitk.num_candidates = (
                 lambda t, n, cap=longest: table_sized(min(t, cap), n)) if fit else table_sized
             launcher.clear()  # no launch replayed from the other variant's recording
@@ -56,8 +80,8 @@ def main():
                 print(name, row.name(), rec.get("graph_us") or rec.get("status"), flush=True)
     triton_splitk.num_candidates = table_sized
     for constant, value in defaults.items():
-        setattr(triton_splitk, constant, value)
-    results += run_rows(rows(shapes, controls), ["auto_plan", "flashinfer"], "cuda", progress=False)
+        setattr(*module_of(constant), value)
+    results += run_rows(rows(shapes), ["auto_plan", "flashinfer"], "cuda", progress=False)
     report(results, [c[0] for c in columns] + [columns[0][0] + " again", "auto_plan", "flashinfer"])
 
 

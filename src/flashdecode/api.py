@@ -29,6 +29,10 @@ __all__ = ["decode_attention", "BACKENDS"]
 # sequences that can hold at most this many tokens (table width x page size) run single-pass: a split would add a
 # combine launch to a call that takes a few microseconds (measured: docs/design.md)
 SINGLE_PASS_MAX_TOKENS = 256
+# small batches (at most triton_splitk.INLINE_PLAN_MAX_BATCH sequences, which plan in place) in tables of at most this
+# many tokens run the fixed splits a plan would give full-table lengths (``triton_splitk.capacity_splits``) instead of
+# computing the cut in every program; a sequence shorter than the table gets shorter splits. 0: off (docs/design.md)
+CAPACITY_SPLITS_MAX_TOKENS = 0
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
@@ -279,6 +283,13 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
+    if max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and batch <= splitk.INLINE_PLAN_MAX_BATCH:
+        # a small table bounds every length: the splits of full-table lengths
+        k = splitk.capacity_splits(
+            batch, max_tokens, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(),
+            num_kv_heads, sms,
+        )  # fmt: skip
+        return ("triton", 1) if k == 1 else ("triton_splitk", k)
     return "triton_splitk", None
 
 

@@ -95,7 +95,7 @@ from .triton_single import as_rows, decode_single
 
 __all__ = [
     "decode_splitk", "split_config", "grid_chunks", "fixed_split_count", "num_candidates", "split_bounds", "chunk_size",
-    "chunk_plan", "host_cut", "host_table", "splitk_partials_mirror",
+    "chunk_plan", "host_cut", "host_table", "splitk_partials_mirror", "capacity_splits",
 ]  # fmt: skip
 
 # planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth (the
@@ -1270,6 +1270,24 @@ def fixed_split_count(splits: int, chunk: int, cfg: dict, programs_per_split: in
     while splits > 1 and chunk < FIXED_MIN_SPLIT_TILES * block_n and splits // 2 * programs_per_split >= num_sms:
         splits, chunk = splits // 2, chunk * 2
     return splits
+
+
+def capacity_splits(
+    batch: int, max_tokens: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int,
+    num_sms: int,
+) -> int:  # fmt: skip
+    """``auto``'s fixed split count for a small table (``api.CAPACITY_SPLITS_MAX_TOKENS``): what ``plan_decode`` gives
+    a batch whose every sequence fills the table's max_tokens (the planned cut's chunk count, then
+    ``fixed_split_count``). Fixed splits deal each sequence's own tiles over them, so shorter sequences get shorter
+    splits."""
+    cfg, saturation, _ = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)
+    block_n = cfg["BLOCK_N"]
+    chunk = chunk_size(
+        [max_tokens] * batch, num_kv_heads, num_sms, grid_chunks(batch, num_kv_heads, num_sms), block_n,
+        num_candidates(max_tokens, block_n), saturation,
+    )  # fmt: skip
+    head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
+    return fixed_split_count(cdiv(max_tokens, chunk), chunk, cfg, batch * num_kv_heads * head_blocks, num_sms)
 
 
 def merge_fixed_in_partial(batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int) -> bool:
