@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity]
+    python scripts/variant_probe.py [cut | capacity | capacity4k]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -13,7 +13,7 @@ grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept.)
 
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
-batches.
+batches; capacity4k: the same in tables of 3000-4096 tokens.
 """
 
 import sys
@@ -39,12 +39,22 @@ LOOSE = [(1, 256, 28, 4), (8, 256, 28, 4), (8, 512, 28, 4), (16, 256, 12, 2), (4
 VARIANTS = {
     "cut": ((SHAPES, CONTROLS), [("int64", dict(NARROW_CUT=False), False), ("int32", dict(NARROW_CUT=True), False),
                                  ("i32 fit", dict(NARROW_CUT=True), True)]),
+    "capacity4k": ("small4k", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
+                               ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
 
 
 def rows(shapes):
+    if shapes == "small4k":
+        full = [(1, 4000, 28, 4), (8, 3000, 28, 4), (4, 4000, 12, 2), (16, 3000, 12, 2), (2, 4000, 32, 8),
+                (4, 3500, 12, 12)]  # fmt: skip
+        loose = [(8, 1024, 28, 4), (4, 512, 12, 2), (1, 1024, 28, 4)]
+        uneven = [Row([4000] + [100] * 7, 28, 4, table_tokens=4096, label="8x100..4000 28/4 T4096"),
+                  Row([3000, 200, 1000, 50], 12, 2, table_tokens=4096, label="4x50..3000 12/2 T4096")]  # fmt: skip
+        return ([Row([s] * b, hq, hkv) for b, s, hq, hkv in full]
+                + [Row([s] * b, hq, hkv, table_tokens=4096) for b, s, hq, hkv in loose] + uneven)  # fmt: skip
     if shapes == "small":
         uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
                   Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),

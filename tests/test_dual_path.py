@@ -80,6 +80,8 @@ def test_auto_takes_the_dual_path_between_two_programs_per_sm_and_the_planner_ta
     single pass; all from shapes (meta tensors)."""
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
+    # the planned side without the small-table rule (test_splitk.py::test_auto_small_table_takes_capacity_splits)
+    monkeypatch.setattr(api, "CAPACITY_SPLITS_MAX_TOKENS", 0)
 
     def choice(batch):
         q = torch.empty(batch, 8, 128, device="meta", dtype=torch.bfloat16)

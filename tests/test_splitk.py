@@ -187,6 +187,8 @@ def test_auto_rule(device, monkeypatch):
 
     calls = []
     monkeypatch.setattr(api, "_num_sms", lambda dev: 2)
+    # the planned path, not the small-table rule (test_auto_small_table_takes_capacity_splits)
+    monkeypatch.setattr(api, "CAPACITY_SPLITS_MAX_TOKENS", 0)
     for name in ("triton", "triton_splitk"):
         real = api._BACKEND_FNS[name]
         monkeypatch.setitem(api._BACKEND_FNS, name, lambda *a, _n=name, _r=real: (calls.append((_n, a[-1])), _r(*a)))
@@ -207,6 +209,7 @@ def test_auto_single_pass_threshold_is_the_tiles_planner_target(monkeypatch):
 
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(triton_common, "interpreting", lambda: True)
+    monkeypatch.setattr(api, "CAPACITY_SPLITS_MAX_TOKENS", 0)
     assert planner_target(256, 4, torch.bfloat16, 1, 2, 2) == PLANNER_SATURATION["deep"] == 2
     assert planner_target(128, 4, torch.bfloat16, 1, 2, 2) == PLANNER_SATURATION["grouped"] == 4
 
@@ -217,6 +220,50 @@ def test_auto_single_pass_threshold_is_the_tiles_planner_target(monkeypatch):
 
     assert [choice(b, 256) for b in (3, 4)] == ["triton_splitk", "triton"]
     assert [choice(b, 128) for b in (4, 7, 8)] == ["triton_splitk", "triton_splitk", "triton"]
+
+
+def test_auto_small_table_takes_capacity_splits(device, monkeypatch):
+    """A small batch in a table of at most CAPACITY_SPLITS_MAX_TOKENS: auto runs the fixed splits that plan_decode
+    gives full-table lengths (shapes only: meta tensors); a wider table, a bigger batch or the rule off plan on the
+    device. Through decode_attention, ragged lengths (an empty and a one-token sequence among them) in such a table
+    match the reference (NaN-poisoned out and lse)."""
+    import flashdecode.api as api
+    from flashdecode import plan_decode, triton_common
+    from flashdecode.triton_splitk import INLINE_PLAN_MAX_BATCH, capacity_splits
+
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 132)
+    monkeypatch.setattr(triton_common, "interpreting", lambda: True)
+    limit = api.CAPACITY_SPLITS_MAX_TOKENS
+    assert limit >= 2048
+
+    def choice(batch, pages):
+        q = torch.empty(batch, 28, 128, device="meta", dtype=torch.bfloat16)
+        k = torch.empty(100, 16, 4, 128, device="meta", dtype=torch.bfloat16)
+        return api._choose_backend("auto", None, q, k, torch.empty(batch, pages, device="meta", dtype=torch.int32))
+
+    # 8 x 2048 tokens, 28/4: the plan's 16 splits of full lengths (H200: 16.6 -> 15.1 us)
+    assert choice(8, 128) == ("triton_splitk", 16) == ("triton_splitk", capacity_splits(8, 2048, 128, 7,
+                                                                                    torch.bfloat16, 1, 2, 4, 132))
+    full = case([2048] * 8, 28, 4, 128, 16, torch.bfloat16, "cpu", seed=3)
+    assert plan_decode(full.q, full.k_cache, full.cache_seqlens, full.block_table).num_splits == 16
+    assert choice(8, limit // 16 + 1) == ("triton_splitk", None)
+    assert choice(INLINE_PLAN_MAX_BATCH + 1, 128) == ("triton_splitk", None)
+    monkeypatch.setattr(api, "CAPACITY_SPLITS_MAX_TOKENS", 0)
+    assert choice(8, 128) == ("triton_splitk", None)
+    monkeypatch.setattr(api, "CAPACITY_SPLITS_MAX_TOKENS", limit)
+
+    # fewer SMs so that the interpreter's case is small: 4 sequences, 2/1 heads, a 320-token table (above
+    # SINGLE_PASS_MAX_TOKENS)
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
+    c = case([150, 0, 1, 37], 2, 1, 64, 16, torch.bfloat16, device, seed=5, extra_table_columns=10)
+    assert c.block_table.shape[1] * 16 == 320
+    name, splits = api._choose_backend("auto", None, c.q, c.k_cache, c.block_table)
+    assert name == "triton_splitk" and splits > 1, (name, splits)
+    nan = torch.full_like(c.q, float("nan"))
+    out, lse = decode_attention(*c.args, return_lse=True, out=nan)
+    ref_out, ref_lse = reference_of(c)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
 
 
 def test_auto_planner_reads_no_values():

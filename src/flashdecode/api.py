@@ -32,7 +32,7 @@ SINGLE_PASS_MAX_TOKENS = 256
 # small batches (at most triton_splitk.INLINE_PLAN_MAX_BATCH sequences, which plan in place) in tables of at most this
 # many tokens run the fixed splits a plan would give full-table lengths (``triton_splitk.capacity_splits``) instead of
 # computing the cut in every program; a sequence shorter than the table gets shorter splits. 0: off (docs/design.md)
-CAPACITY_SPLITS_MAX_TOKENS = 0
+CAPACITY_SPLITS_MAX_TOKENS = 4096
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
@@ -241,10 +241,13 @@ def _kernels():
     return triton_common, triton_single, triton_splitk
 
 
-def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None, deterministic=False):
+def _choose_backend(
+    backend, num_splits, q, k_cache, block_table, features=None, deterministic=False, capacity=True
+):  # fmt: skip
     """(backend name, num_splits) for this call; "auto" resolved as the module docstring says (on CPU, a call with
     model features goes to torch_naive, which implements them). num_splits DETERMINISTIC asks triton_splitk for
-    splits of a fixed number of tokens."""
+    splits of a fixed number of tokens. capacity: small batches in small tables take the fixed splits of full-table
+    lengths (CAPACITY_SPLITS_MAX_TOKENS); ``plan_decode``, which reads the lengths, asks without."""
     if deterministic and backend in ("auto", "triton_splitk"):
         if backend == "auto" and not (q.is_cuda or _kernels()[0].interpreting()):
             # loops over sequences, the same ops for each whatever the batch
@@ -283,7 +286,7 @@ def _choose_backend(backend, num_splits, q, k_cache, block_table, features=None,
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
-    if max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and batch <= splitk.INLINE_PLAN_MAX_BATCH:
+    if capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and batch <= splitk.INLINE_PLAN_MAX_BATCH:
         # a small table bounds every length: the splits of full-table lengths
         k = splitk.capacity_splits(
             batch, max_tokens, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(),

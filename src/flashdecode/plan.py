@@ -202,7 +202,8 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     window = features.window_left
     q_in = q[:, 0] if q.dim() == 4 and q.shape[1] == 1 else q
     shapes = call_shapes(q_in, k_view, block_table, window)
-    name, splits = api._choose_backend("auto", None, q_in, k_view, block_table, features)
+    # the lengths make the choice that the table's capacity stands in for in auto's
+    name, splits = api._choose_backend("auto", None, q_in, k_view, block_table, features, capacity=False)
     # the single pass by the shapes alone: unless the lengths are uneven, which a host table balances
     table_ok = HOST_TABLE and window is None
     if name != "triton_splitk" and not (name == "triton" and table_ok):
