@@ -31,8 +31,12 @@ __all__ = ["decode_attention", "BACKENDS"]
 SINGLE_PASS_MAX_TOKENS = 256
 # small batches (at most triton_splitk.INLINE_PLAN_MAX_BATCH sequences, which plan in place) in tables of at most this
 # many tokens run the fixed splits a plan would give full-table lengths (``triton_splitk.capacity_splits``) instead of
-# computing the cut in every program; a sequence shorter than the table gets shorter splits. 0: off (docs/design.md)
-CAPACITY_SPLITS_MAX_TOKENS = 4096
+# computing the cut in every program; a sequence shorter than the table gets shorter splits. H200 (scripts/
+# variant_probe.py capacity / capacity4k, `auto` graph µs, in place -> capacity): 8 x 256 28/4 8.7 -> 6.5, 8 x 2048
+# 28/4 16.6 -> 15.1, 16 x 2048 12/2 16.6 -> 14.6, 8 x 256 28/4 in a 2048-token table 8.7 -> 7.2; 1.14x over 20 rows
+# in tables of up to 2080 tokens. A batch of one long and short sequences loses, more in wider tables: 8 x 64..2048
+# 28/4 9.4 -> 10.9, 8 x 100..4000 28/4 in 4096 tokens 11.0 -> 14.8 (so not 4096). 0: off (docs/design.md)
+CAPACITY_SPLITS_MAX_TOKENS = 2560
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
