@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacitybatch]
+    python scripts/variant_probe.py [cut | capacity | capacity4k]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -13,8 +13,7 @@ grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept.)
 
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
-batches; capacity4k: the same in tables of 3000-4096 tokens; capacitybatch: batches of 20-128 sequences in small
-tables planned on the device (``api.CAPACITY_SPLITS_MAX_BATCH`` 16) or as the plan of full-table lengths (512).
+batches; capacity4k: the same in tables of 3000-4096 tokens.
 """
 
 import sys
@@ -42,23 +41,12 @@ VARIANTS = {
                                  ("i32 fit", dict(NARROW_CUT=True), True)]),
     "capacity4k": ("small4k", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                                ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
-    "capacitybatch": ("batch", [("planned", {"api.CAPACITY_SPLITS_MAX_BATCH": 16}, False),
-                                ("capacity", {"api.CAPACITY_SPLITS_MAX_BATCH": 512}, False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
 
 
 def rows(shapes):
-    if shapes == "batch":
-        full = [(128, 512, 12, 2), (64, 512, 12, 2), (64, 1024, 12, 2), (100, 1000, 12, 2), (32, 2048, 12, 2),
-                (32, 1024, 28, 4), (24, 1024, 28, 4), (48, 512, 28, 4), (24, 2048, 32, 8), (20, 1024, 12, 12)]
-        loose = [(128, 256, 12, 2), (32, 512, 28, 4), (64, 300, 12, 2)]
-        uneven = [Row([2000] + [100] * 63, 12, 2, table_tokens=2048, label="64x100..2000 12/2 T2048"),
-                  Row([(i * 397) % 2000 + 40 for i in range(32)], 28, 4, table_tokens=2048, label="32x40..2000 28/4"),
-                  Row([1024] * 8 + [64] * 56, 12, 2, table_tokens=1024, label="64x64..1024 12/2 T1024")]  # fmt: skip
-        return ([Row([s] * b, hq, hkv) for b, s, hq, hkv in full]
-                + [Row([s] * b, hq, hkv, table_tokens=2048) for b, s, hq, hkv in loose] + uneven)  # fmt: skip
     if shapes == "small4k":
         full = [(1, 4000, 28, 4), (8, 3000, 28, 4), (4, 4000, 12, 2), (16, 3000, 12, 2), (2, 4000, 32, 8),
                 (4, 3500, 12, 12)]  # fmt: skip

@@ -23,7 +23,6 @@ import torch
 
 from . import launcher, reference, torch_baselines, validation
 from .plan import DecodePlan, call_shapes
-from .plan import _single_pass_fills as _plan_single_pass_fills
 
 __all__ = ["decode_attention", "BACKENDS"]
 
@@ -38,9 +37,6 @@ SINGLE_PASS_MAX_TOKENS = 256
 # in tables of up to 2080 tokens. A batch of one long and short sequences loses, more in wider tables: 8 x 64..2048
 # 28/4 9.4 -> 10.9, 8 x 100..4000 28/4 in 4096 tokens 11.0 -> 14.8 (so not 4096). 0: off (docs/design.md)
 CAPACITY_SPLITS_MAX_TOKENS = 2560
-# ...for batches of at most this many sequences; beyond it, also the single pass where plan_decode would run it for
-# full-table lengths (plan.SINGLE_FULL_*)
-CAPACITY_SPLITS_MAX_BATCH = 16
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
@@ -294,12 +290,12 @@ def _choose_backend(
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
-    if capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and batch <= CAPACITY_SPLITS_MAX_BATCH:
-        # a small table bounds every length: what a plan gives full-table lengths
-        shapes = (q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size())
-        if _plan_single_pass_fills(*shapes, batch, num_kv_heads, sms, [max_tokens] * batch):
-            return "triton", 1
-        k = splitk.capacity_splits(batch, max_tokens, *shapes, num_kv_heads, sms)
+    if capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and batch <= splitk.INLINE_PLAN_MAX_BATCH:
+        # a small table bounds every length: the splits of full-table lengths
+        k = splitk.capacity_splits(
+            batch, max_tokens, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(),
+            num_kv_heads, sms,
+        )  # fmt: skip
         return ("triton", 1) if k == 1 else ("triton_splitk", k)
     return "triton_splitk", None
 
