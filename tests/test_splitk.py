@@ -224,9 +224,9 @@ def test_auto_single_pass_threshold_is_the_tiles_planner_target(monkeypatch):
 
 def test_auto_small_table_takes_capacity_splits(device, monkeypatch):
     """A small batch in a table of at most CAPACITY_SPLITS_MAX_TOKENS: auto runs the fixed splits that plan_decode
-    gives full-table lengths (shapes only: meta tensors); a wider table, a bigger batch or the rule off plan on the
-    device. Through decode_attention, ragged lengths (an empty and a one-token sequence among them) in such a table
-    match the reference (NaN-poisoned out and lse)."""
+    gives full-table lengths (shapes only: meta tensors); a wider table, a bigger batch, a batch whose planned path
+    fuses the merge or the rule off plan on the device. Through decode_attention, ragged lengths (an empty and a
+    one-token sequence among them) in such a table match the reference (NaN-poisoned out and lse)."""
     import flashdecode.api as api
     from flashdecode import plan_decode, triton_common
     from flashdecode.triton_splitk import INLINE_PLAN_MAX_BATCH, capacity_splits
@@ -248,13 +248,18 @@ def test_auto_small_table_takes_capacity_splits(device, monkeypatch):
     assert plan_decode(full.q, full.k_cache, full.cache_seqlens, full.block_table).num_splits == 16
     assert choice(8, limit // 16 + 1) == ("triton_splitk", None)
     assert choice(INLINE_PLAN_MAX_BATCH + 1, 128) == ("triton_splitk", None)
+    # 16 x 2048 at 32/8: the planned path merges in the last chunk program (merge_in_partial), kept
+    q32 = torch.empty(16, 32, 128, device="meta", dtype=torch.bfloat16)
+    k8 = torch.empty(100, 16, 8, 128, device="meta", dtype=torch.bfloat16)
+    table16 = torch.empty(16, 128, device="meta", dtype=torch.int32)
+    assert api._choose_backend("auto", None, q32, k8, table16) == ("triton_splitk", None)
     monkeypatch.setattr(api, "CAPACITY_SPLITS_MAX_TOKENS", 0)
     assert choice(8, 128) == ("triton_splitk", None)
     monkeypatch.setattr(api, "CAPACITY_SPLITS_MAX_TOKENS", limit)
 
-    # fewer SMs so that the interpreter's case is small: 4 sequences, 2/1 heads, a 320-token table (above
-    # SINGLE_PASS_MAX_TOKENS)
-    monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
+    # fewer SMs so that the interpreter's case is small: 4 sequences, 2/1 heads (fewer (sequence, head) pairs than
+    # SMs: planned in place), a 320-token table (above SINGLE_PASS_MAX_TOKENS)
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 16)
     c = case([150, 0, 1, 37], 2, 1, 64, 16, torch.bfloat16, device, seed=5, extra_table_columns=10)
     assert c.block_table.shape[1] * 16 == 320
     name, splits = api._choose_backend("auto", None, c.q, c.k_cache, c.block_table)
