@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -13,7 +13,7 @@ grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept.)
 
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
-batches; capacity4k: the same in tables of 3000-4096 tokens.
+batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
 """
 
 import sys
@@ -32,6 +32,7 @@ CONTROLS = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 4096, 12, 12), (8, 2048, 2
 # 2048 tokens holding shorter sequences, and uneven batches in them
 SMALL = [(1, 256, 28, 4), (1, 1024, 28, 4), (1, 2048, 28, 4), (8, 256, 28, 4), (8, 512, 28, 4), (8, 1024, 28, 4),
          (8, 2048, 28, 4), (4, 1024, 12, 2), (16, 2048, 12, 2), (4, 1024, 12, 12), (2, 2048, 32, 8)]
+SMALL_FEAT = [(8, 2048, 28, 4), (8, 512, 28, 4), (4, 1024, 12, 2), (1, 2048, 28, 4), (4, 1024, 12, 12)]
 LOOSE = [(1, 256, 28, 4), (8, 256, 28, 4), (8, 512, 28, 4), (16, 256, 12, 2), (4, 256, 12, 12), (8, 128, 32, 8)]
 
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
@@ -41,12 +42,19 @@ VARIANTS = {
                                  ("i32 fit", dict(NARROW_CUT=True), True)]),
     "capacity4k": ("small4k", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                                ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
+    "capacityfeat": ("feat", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
+                              ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 2560}, False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
 
 
 def rows(shapes):
+    if shapes == "feat":
+        fp8 = [Row([s] * b, hq, hkv, kv_dtype="e4m3") for b, s, hq, hkv in SMALL_FEAT]
+        window = [Row([2048] * 8, 28, 4, window_left=511), Row([2048] * 4, 12, 2, window_left=255),
+                  Row([2048, 100, 700, 30], 12, 2, window_left=1023)]  # fmt: skip
+        return fp8 + window
     if shapes == "small4k":
         full = [(1, 4000, 28, 4), (8, 3000, 28, 4), (4, 4000, 12, 2), (16, 3000, 12, 2), (2, 4000, 32, 8),
                 (4, 3500, 12, 12)]  # fmt: skip
