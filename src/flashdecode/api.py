@@ -29,15 +29,15 @@ __all__ = ["decode_attention", "BACKENDS"]
 # sequences that can hold at most this many tokens (table width x page size) run single-pass: a split would add a
 # combine launch to a call that takes a few microseconds (measured: docs/design.md)
 SINGLE_PASS_MAX_TOKENS = 256
-# batches that would plan in place (at most triton_splitk.INLINE_PLAN_MAX_BATCH sequences, without the fused merge:
-# triton_splitk.merge_in_partial) in tables of at most this many tokens run the fixed splits a plan would give
-# full-table lengths (``triton_splitk.capacity_splits``) instead of computing the cut in every program; a sequence
-# shorter than the table gets shorter splits. H200 (scripts/variant_probe.py capacity / capacity4k, `auto` graph µs,
-# in place -> capacity): 8 x 256 28/4 8.7 -> 6.5, 8 x 2048 28/4 16.6 -> 15.1, 16 x 2048 12/2 16.6 -> 14.6, 8 x 256
-# 28/4 in a 2048-token table 8.7 -> 7.2; 1.14x over 20 rows in tables of up to 2080 tokens. A batch of one long and
-# short sequences loses, more in wider tables: 8 x 64..2048 28/4 9.4 -> 10.9, 8 x 100..4000 28/4 in 4096 tokens 11.0
-# -> 14.8 (so not 4096). Calls whose planned path merges in the last chunk program keep it (24 x 2048 32/8 57.8 ->
-# 70.2 with the capacity's splits). 0: off (docs/design.md)
+# batches that would plan in place (triton_splitk.plans_in_place: at most INLINE_PLAN_MAX_BATCH sequences, without the
+# fused merge) in tables of at most this many tokens run the fixed splits a plan would give full-table lengths
+# (``triton_splitk.capacity_splits``) instead of computing the cut in every program; a sequence shorter than the table
+# gets shorter splits. H200 (scripts/variant_probe.py capacity / capacity4k, `auto` graph µs, in place -> capacity): 8
+# x 256 28/4 8.7 -> 6.5, 8 x 2048 28/4 16.6 -> 15.1, 16 x 2048 12/2 16.6 -> 14.6, 8 x 256 28/4 in a 2048-token table
+# 8.7 -> 7.2; 1.14x over 20 rows in tables of up to 2080 tokens. A batch of one long and short sequences loses, more
+# in wider tables: 8 x 64..2048 28/4 9.4 -> 10.9, 8 x 100..4000 28/4 in 4096 tokens 11.0 -> 14.8 (so not 4096). Calls
+# whose planned path merges in the last chunk program keep it (24 x 2048 32/8 57.8 -> 70.2 with the capacity's
+# splits). 0: off (docs/design.md)
 CAPACITY_SPLITS_MAX_TOKENS = 2560
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -292,9 +292,7 @@ def _choose_backend(
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
-    in_place = batch <= splitk.INLINE_PLAN_MAX_BATCH and not splitk.merge_in_partial(
-        batch, q_len, q.shape[-2], num_kv_heads, sms
-    )  # fmt: skip
+    in_place = splitk.plans_in_place(batch, q_len, q.shape[-2], num_kv_heads, sms)
     if capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and in_place:
         # a small table bounds every length: the splits of full-table lengths
         k = splitk.capacity_splits(
