@@ -246,17 +246,11 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     if splits is None and _single_pass_fills(head_dim, group, q.dtype, q_len, kv_itemsize, batch, num_kv_heads, sms,
                                              visible):  # fmt: skip
         return single("even short lengths, a single pass that fills the SMs alike")
-    # the cut, as decode_splitk would plan it (the grid, tile and target of these shapes) for fixed splits, which
-    # never fuse the merge as the planned call does (decode_splitk(counters=...) merges them in its own way)
+    # the cut, as decode_splitk would plan it, for fixed splits (decode_splitk(counters=...) merges them its own way)
     def cut(long_tile):
-        cfg, saturation, tile = splitk.split_config(
-            head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, False, long_tile
+        return splitk.fixed_cut(
+            visible, max_tokens, head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, sms, long_tile
         )  # fmt: skip
-        chunk = splitk.chunk_size(
-            visible, num_kv_heads, sms, splitk.grid_chunks(batch, num_kv_heads, sms), cfg["BLOCK_N"],
-            splitk.num_candidates(max_tokens, cfg["BLOCK_N"]), saturation,
-        )  # fmt: skip
-        return cfg, chunk, tile, saturation
 
     # an fp8 cache takes its 128-token tile (2 programs per SM) and that tile's cut where the chunks are long enough
     long_cut = cut(True) if kv_itemsize == 1 and FP8_LONG_MIN_TOKENS is not None else None

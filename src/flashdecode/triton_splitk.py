@@ -1280,20 +1280,32 @@ def fixed_split_count(splits: int, chunk: int, cfg: dict, programs_per_split: in
     return splits
 
 
+def fixed_cut(
+    visible, max_tokens: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int,
+    num_sms: int, long_tile: bool = False,
+) -> tuple[dict, int, str, int]:  # fmt: skip
+    """The planned cut of these visible lengths as ``decode_splitk`` would make it (the grid, tile and target of
+    these shapes, in a table of max_tokens), for fixed splits, which never fuse the merge as a planned call does:
+    (tile config, chunk tokens, tile class, programs per SM). ``plan_decode``'s and ``capacity_splits``'s."""
+    cfg, saturation, tile = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False, long_tile)
+    block_n = cfg["BLOCK_N"]
+    chunk = chunk_size(
+        visible, num_kv_heads, num_sms, grid_chunks(len(visible), num_kv_heads, num_sms), block_n,
+        num_candidates(max_tokens, block_n), saturation,
+    )  # fmt: skip
+    return cfg, chunk, tile, saturation
+
+
 def capacity_splits(
     batch: int, max_tokens: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int,
     num_sms: int,
 ) -> int:  # fmt: skip
     """``auto``'s fixed split count for a small table (``api.CAPACITY_SPLITS_MAX_TOKENS``): what ``plan_decode`` gives
-    a batch whose every sequence fills the table's max_tokens (the planned cut's chunk count, then
+    a batch whose every sequence fills the table's max_tokens (``fixed_cut``'s chunk count, then
     ``fixed_split_count``). Fixed splits deal each sequence's own tiles over them, so shorter sequences get shorter
     splits."""
-    cfg, saturation, _ = split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, False)
-    block_n = cfg["BLOCK_N"]
-    chunk = chunk_size(
-        [max_tokens] * batch, num_kv_heads, num_sms, grid_chunks(batch, num_kv_heads, num_sms), block_n,
-        num_candidates(max_tokens, block_n), saturation,
-    )  # fmt: skip
+    shapes = (head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, num_sms)
+    cfg, chunk, _, _ = fixed_cut([max_tokens] * batch, max_tokens, *shapes)
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     return fixed_split_count(cdiv(max_tokens, chunk), chunk, cfg, batch * num_kv_heads * head_blocks, num_sms)
 
