@@ -3,20 +3,18 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | spread]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
 instead of the table's capacity (``num_candidates``; what a bound read from the lengths would give, the same cut).
 Rows in serving-sized tables (T131072) and in their own. (At a16535e a set "mhaslots" measured the MHA tiles'
-grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept.)
+grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept; at df6c8c1 a set "spread" the busy
+programs spread evenly over the in-place grid, not kept either.)
 
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
 batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
-
-spread: the in-place plan's busy programs first in each head's chunk slots (slots), or spread evenly over the whole
-grid in dispatch order (``triton_splitk.SPREAD_TILES``: the MHA tiles, or every tile).
 """
 
 import sys
@@ -38,13 +36,6 @@ SMALL = [(1, 256, 28, 4), (1, 1024, 28, 4), (1, 2048, 28, 4), (8, 256, 28, 4), (
 SMALL_FEAT = [(8, 2048, 28, 4), (8, 512, 28, 4), (4, 1024, 12, 2), (1, 2048, 28, 4), (4, 1024, 12, 12)]
 LOOSE = [(1, 256, 28, 4), (8, 256, 28, 4), (8, 512, 28, 4), (16, 256, 12, 2), (4, 256, 12, 12), (8, 128, 32, 8)]
 
-MHA_TILES, GROUPED_TILES = ("mha", "mha_long"), ("grouped", "small_group", "deep", "fp8_long")
-# in-place rows: MHA (the grid's chunk slots first) and grouped (heads first), own tables and serving-sized ones
-SPREAD_MHA = [(1, 131072, 12, 12), (1, 65536, 12, 12), (4, 16384, 12, 12), (16, 4096, 12, 12), (1, 32768, 32, 32),
-              (1, 8192, 40, 40)]
-SPREAD_GROUPED = [(16, 4096, 12, 2), (4, 16384, 12, 2), (1, 131072, 12, 2), (2, 4000, 32, 8)]
-SPREAD_T = [(1, 32768, 40, 40), (1, 512, 12, 12), (4, 1024, 12, 12), (1, 2048, 28, 4), (8, 2048, 28, 4)]
-
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -54,8 +45,6 @@ VARIANTS = {
                                ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
     "capacityfeat": ("feat", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                               ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 2560}, False)]),
-    "spread": ("spread", [("slots", dict(SPREAD_TILES=()), False), ("spread mha", dict(SPREAD_TILES=MHA_TILES), False),
-                          ("spread all", dict(SPREAD_TILES=MHA_TILES + GROUPED_TILES), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -75,12 +64,6 @@ def rows(shapes):
                   Row([3000, 200, 1000, 50], 12, 2, table_tokens=4096, label="4x50..3000 12/2 T4096")]  # fmt: skip
         return ([Row([s] * b, hq, hkv) for b, s, hq, hkv in full]
                 + [Row([s] * b, hq, hkv, table_tokens=4096) for b, s, hq, hkv in loose] + uneven)  # fmt: skip
-    if shapes == "spread":
-        own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in SPREAD_MHA + SPREAD_GROUPED]
-        big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in SPREAD_T]
-        uneven = [Row([100, 7000, 300, 2500, 40, 1200, 900, 5000], 12, 12, label="8x40..7000 12/12"),
-                  Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2")]  # fmt: skip
-        return own + big + uneven
     if shapes == "small":
         uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
                   Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),

@@ -146,8 +146,6 @@ PLANNER_ORDER = True
 # size and a shorter last one. Same probe, with the order: 48 x 256..16000 32/8 426.1 -> 374.0, 200 x 100..8000 12/2
 # 222.2 -> 199.6; the long tails 1-2.5% slower (docs/design.md, "The device planner's order and equal chunks")
 PLANNER_EQUAL = True
-# in-place plans: spread the busy programs evenly over the grid (``spread_slot``) for these tile classes
-SPREAD_TILES = ()
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
 # planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
@@ -455,19 +453,15 @@ def inline_chunk(
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False, NARROW: tl.constexpr = False,
-    head_id=0, num_head_ids=1, SPREAD: tl.constexpr = False, HEADS_FIRST: tl.constexpr = False,
 ):  # fmt: skip
     """The planned cut computed in place, without the planner launch (small batches: the layout of <= 16 lengths
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
-    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count, chunk id, head id), exactly what
-    _plan_kernel writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0). SPREAD: the grid
-    slot (chunk_id, head_id) is first mapped by ``spread_slot``."""
+    sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
+    writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
         SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
     )  # fmt: skip
-    if SPREAD:
-        chunk_id, head_id = spread_slot(chunk_id, head_id, max_chunks, num_head_ids, tl.sum(n, axis=0), HEADS_FIRST)
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
     first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
@@ -481,25 +475,7 @@ def inline_chunk(
             start, end = chunk_bounds(
                 first_token, seqlen - first_token, chunk_id - first, tl.maximum(count, 1), chunk, BLOCK_N, True
             )  # fmt: skip
-    return seq, seqlen, start, end, first, count, chunk_id, head_id
-
-
-@triton.jit
-def spread_slot(slot, head_id, num_slots, num_head_ids, chunks, HEADS_FIRST: tl.constexpr):
-    """(chunk, head id) of grid slot (slot, head_id) when the chunks * num_head_ids busy programs are spread evenly
-    over the num_slots * num_head_ids of the grid, in dispatch order (Bresenham: position p is the last one of work
-    item floor(p * busy / programs)), rather than coming first in each head's slots; an unused position gets chunk
-    num_slots. The work items keep their order: heads first, or each head's chunks."""
-    programs = num_slots * num_head_ids
-    busy = chunks * num_head_ids
-    p = head_id + slot * num_head_ids if HEADS_FIRST else slot + head_id * num_slots
-    w = p * busy // programs
-    used = (p + 1) * busy // programs > w
-    if HEADS_FIRST:
-        chunk, head = w // num_head_ids, w % num_head_ids
-    else:
-        chunk, head = w % chunks, w // chunks
-    return tl.where(used, chunk, num_slots), head
+    return seq, seqlen, start, end, first, count
 
 
 @triton.jit
@@ -760,7 +736,6 @@ def _partial_kernel(
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
     NARROW: tl.constexpr = False,
-    SPREAD: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -781,6 +756,8 @@ def _partial_kernel(
         chunk_id = tl.program_id(0)
         head_id = tl.program_id(1)
         num_head_ids = tl.num_programs(1)
+    kv_head = head_id // HEAD_BLOCKS
+    head_block = head_id % HEAD_BLOCKS
     # planned mode: launched while the planner runs; fixed mode or in place: the call's first kernel
     wait_for_previous(USE_PDL)
     if not LAST:
@@ -788,10 +765,9 @@ def _partial_kernel(
         let_next_start(USE_PDL)
 
     if INLINE_PLAN:
-        seq, seqlen, start, end, _, count, chunk_id, head_id = inline_chunk(
+        seq, seqlen, start, end, _, count = inline_chunk(
             SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL, NARROW,
-            head_id, num_head_ids, SPREAD, HEADS_FIRST,
         )  # fmt: skip
         single = count == 1
     else:
@@ -802,8 +778,6 @@ def _partial_kernel(
         )  # fmt: skip
     if seq >= batch:
         return
-    kv_head = head_id // HEAD_BLOCKS
-    head_block = head_id % HEAD_BLOCKS
     seq = seq.to(tl.int64)
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
@@ -894,7 +868,7 @@ def _combine_kernel(
     if INLINE_PLAN:
         # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
         # that it overlaps the partial kernel's last programs
-        _, _, _, _, first, count, _, _ = inline_chunk(
+        _, _, _, _, first, count = inline_chunk(
             SEQLENS, stride_sl, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW=NARROW,
         )  # fmt: skip
@@ -1562,7 +1536,6 @@ def decode_splitk(
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
-        SPREAD=bool(inline) and tile in SPREAD_TILES,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
