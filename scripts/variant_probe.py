@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -15,6 +15,9 @@ programs spread evenly over the in-place grid, not kept either.)
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
 batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
+
+exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
+lengths allow returning before it (``triton_splitk.INLINE_EXIT``).
 """
 
 import sys
@@ -36,6 +39,12 @@ SMALL = [(1, 256, 28, 4), (1, 1024, 28, 4), (1, 2048, 28, 4), (8, 256, 28, 4), (
 SMALL_FEAT = [(8, 2048, 28, 4), (8, 512, 28, 4), (4, 1024, 12, 2), (1, 2048, 28, 4), (4, 1024, 12, 12)]
 LOOSE = [(1, 256, 28, 4), (8, 256, 28, 4), (8, 512, 28, 4), (16, 256, 12, 2), (4, 256, 12, 12), (8, 128, 32, 8)]
 
+# in-place rows: MHA (the grid's chunk slots first) and grouped (heads first), own tables and serving-sized ones
+INPLACE_OWN = [(1, 131072, 12, 12), (1, 65536, 12, 12), (4, 16384, 12, 12), (16, 4096, 12, 12), (1, 32768, 32, 32),
+               (1, 8192, 40, 40), (16, 4096, 12, 2), (4, 16384, 12, 2), (1, 131072, 12, 2), (2, 4000, 32, 8)]
+INPLACE_T = [(1, 32768, 40, 40), (1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (1, 2048, 28, 4),
+             (8, 2048, 28, 4), (8, 512, 28, 4), (4, 1024, 12, 2)]
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -45,6 +54,7 @@ VARIANTS = {
                                ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
     "capacityfeat": ("feat", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                               ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 2560}, False)]),
+    "exit": ("inplace", [("cut", dict(INLINE_EXIT=False), False), ("exit", dict(INLINE_EXIT=True), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -64,6 +74,13 @@ def rows(shapes):
                   Row([3000, 200, 1000, 50], 12, 2, table_tokens=4096, label="4x50..3000 12/2 T4096")]  # fmt: skip
         return ([Row([s] * b, hq, hkv) for b, s, hq, hkv in full]
                 + [Row([s] * b, hq, hkv, table_tokens=4096) for b, s, hq, hkv in loose] + uneven)  # fmt: skip
+    if shapes == "inplace":
+        own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INPLACE_OWN]
+        big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INPLACE_T]
+        uneven = [Row([100, 7000, 300, 2500, 40, 1200, 900, 5000], 12, 12, label="8x40..7000 12/12"),
+                  Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2"),
+                  Row([30, 400, 2, 90], 12, 12, table_tokens=SERVING_TABLE_TOKENS, label="4x2..400 12/12 T131072")]
+        return own + big + uneven
     if shapes == "small":
         uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
                   Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),

@@ -146,6 +146,8 @@ PLANNER_ORDER = True
 # size and a shorter last one. Same probe, with the order: 48 x 256..16000 32/8 426.1 -> 374.0, 200 x 100..8000 12/2
 # 222.2 -> 199.6; the long tails 1-2.5% slower (docs/design.md, "The device planner's order and equal chunks")
 PLANNER_EQUAL = True
+# in-place plans: a chunk slot past the most chunks the lengths allow (``most_chunks``) returns before the cut
+INLINE_EXIT = True
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
 # planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
@@ -269,8 +271,26 @@ NARROW_CUT = True
 
 
 @triton.jit
+def lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B: tl.constexpr):
+    """(offs_b, mine, seqlens): the lengths of sequences first_seq..B-1 as a [BLOCK_B] tile (0 elsewhere), the ones
+    ``_chunk_layout`` cuts."""
+    offs_b = tl.arange(0, BLOCK_B)
+    mine = (offs_b >= first_seq) & (offs_b < batch)
+    return offs_b, mine, tl.load(SEQLENS + offs_b * stride_sl, mask=mine, other=0)
+
+
+@triton.jit
+def most_chunks(mine, seqlens, window, LOG2_BLOCK_N: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr):
+    """A bound on ``_chunk_layout``'s chunk count without the cut: the smallest candidate (BLOCK_N tokens) gives each
+    sequence the most chunks, max(ceil(L_b / BLOCK_N), 1)."""
+    lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
+    block_n = 1 << LOG2_BLOCK_N
+    return tl.sum(tl.where(mine, tl.maximum((lens + (block_n - 1)) >> LOG2_BLOCK_N, 1), 0), axis=0)
+
+
+@triton.jit
 def _chunk_layout(
-    SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
+    offs_b, mine, seqlens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     WAVE_SAT: tl.constexpr = 0, NARROW: tl.constexpr = False,
@@ -297,9 +317,6 @@ def _chunk_layout(
     Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B],
     uneven: the cut sequences fail ``even_test``, so the planner orders their chunks and evens them out).
     """
-    offs_b = tl.arange(0, BLOCK_B)
-    mine = (offs_b >= first_seq) & (offs_b < batch)
-    seqlens = tl.load(SEQLENS + offs_b * stride_sl, mask=mine, other=0)
     lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
     max_len = tl.max(lens, axis=0)
     offs_k = tl.arange(0, NUM_CAND)
@@ -409,8 +426,9 @@ def _plan_kernel(
         )  # fmt: skip
         if first_seq < 0:
             return
+    offs_b, mine, lens = lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
     chunk, n, incl, offs_b, lens, uneven = _chunk_layout(
-        SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
+        offs_b, mine, lens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
     )  # fmt: skip
     stride = max_chunks + batch
@@ -448,7 +466,7 @@ def _plan_kernel(
 
 @triton.jit
 def inline_chunk(
-    SEQLENS, stride_sl, chunk_id, seq_of_interest, batch, first_seq, num_kv_heads, max_chunks, window,
+    offs_b, mine, seqlens, chunk_id, seq_of_interest, batch, first_seq, num_kv_heads, max_chunks, window,
     NUM_SMS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
@@ -459,7 +477,7 @@ def inline_chunk(
     sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
     writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
     chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
-        SEQLENS, stride_sl, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
+        offs_b, mine, seqlens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
         BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
@@ -736,6 +754,7 @@ def _partial_kernel(
     HOST_TABLE: tl.constexpr = False,
     EQUAL: tl.constexpr = False,
     NARROW: tl.constexpr = False,
+    INLINE_EXIT: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -765,8 +784,14 @@ def _partial_kernel(
         let_next_start(USE_PDL)
 
     if INLINE_PLAN:
+        offs_b, mine, seqlens = lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
+        if INLINE_EXIT:
+            # a slot past the most chunks the lengths allow has no work: it returns before the cut (an MHA grid's
+            # unused slots come before other heads' busy ones in dispatch order)
+            if chunk_id >= most_chunks(mine, seqlens, window, LOG2_BLOCK_N, HAS_WINDOW, Q_LEN):
+                return
         seq, seqlen, start, end, _, count = inline_chunk(
-            SEQLENS, stride_sl, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
+            offs_b, mine, seqlens, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL, NARROW,
         )  # fmt: skip
         single = count == 1
@@ -868,8 +893,9 @@ def _combine_kernel(
     if INLINE_PLAN:
         # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
         # that it overlaps the partial kernel's last programs
+        offs_b, mine, seqlens = lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
         _, _, _, _, first, count = inline_chunk(
-            SEQLENS, stride_sl, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
+            offs_b, mine, seqlens, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
             BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW=NARROW,
         )  # fmt: skip
         if count <= MERGED_MAX:
@@ -1536,6 +1562,7 @@ def decode_splitk(
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
+        INLINE_EXIT=bool(inline) and INLINE_EXIT,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
