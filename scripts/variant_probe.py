@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | one]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -15,6 +15,10 @@ programs spread evenly over the in-place grid, not kept either.)
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
 batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
+
+one: one-sequence batches in place or with the capacity's splits at any table size
+(``api.CAPACITY_SPLITS_ONE_SEQUENCE``); long sequences in their own tables, short ones in serving-sized tables,
+sliding windows.
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``).
@@ -45,6 +49,12 @@ INPLACE_OWN = [(1, 131072, 12, 12), (1, 65536, 12, 12), (4, 16384, 12, 12), (16,
 INPLACE_T = [(1, 32768, 40, 40), (1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (1, 2048, 28, 4),
              (8, 2048, 28, 4), (8, 512, 28, 4), (4, 1024, 12, 2)]
 
+# one sequence: anchor rows in their own tables, shorter ones in serving-sized tables
+ONE_OWN = [(65536, 12, 12), (131072, 12, 12), (65536, 12, 2), (131072, 12, 2), (8192, 32, 32), (32768, 32, 32),
+           (16384, 28, 4), (131072, 32, 8)]
+ONE_T = [(1, 12, 12), (512, 12, 12), (4096, 12, 12), (2048, 28, 4), (100, 12, 2), (4000, 32, 8), (8192, 40, 40),
+         (32768, 40, 40), (20000, 12, 2)]
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -55,6 +65,8 @@ VARIANTS = {
     "capacityfeat": ("feat", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                               ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 2560}, False)]),
     "exit": ("inplace", [("cut", dict(INLINE_EXIT=False), False), ("exit", dict(INLINE_EXIT=True), False)]),
+    "one": ("one", [("in place", {"api.CAPACITY_SPLITS_ONE_SEQUENCE": False}, False),
+                    ("capacity", {"api.CAPACITY_SPLITS_ONE_SEQUENCE": True}, False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -74,6 +86,11 @@ def rows(shapes):
                   Row([3000, 200, 1000, 50], 12, 2, table_tokens=4096, label="4x50..3000 12/2 T4096")]  # fmt: skip
         return ([Row([s] * b, hq, hkv) for b, s, hq, hkv in full]
                 + [Row([s] * b, hq, hkv, table_tokens=4096) for b, s, hq, hkv in loose] + uneven)  # fmt: skip
+    if shapes == "one":
+        own = [Row([s], hq, hkv) for s, hq, hkv in ONE_OWN]
+        big = [Row([s], hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for s, hq, hkv in ONE_T]
+        window = [Row([65536], 12, 12, window_left=4095), Row([131072], 32, 8, window_left=8191)]
+        return own + big + window
     if shapes == "inplace":
         own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INPLACE_OWN]
         big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INPLACE_T]

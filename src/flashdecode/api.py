@@ -39,6 +39,8 @@ SINGLE_PASS_MAX_TOKENS = 256
 # whose planned path merges in the last chunk program keep it (24 x 2048 32/8 57.8 -> 70.2 with the capacity's
 # splits). 0: off (docs/design.md)
 CAPACITY_SPLITS_MAX_TOKENS = 2560
+# ...and for one sequence in a table of any size (no other sequence whose length its splits could misfit)
+CAPACITY_SPLITS_ONE_SEQUENCE = False
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
@@ -293,7 +295,8 @@ def _choose_backend(
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
     in_place = splitk.plans_in_place(batch, q_len, q.shape[-2], num_kv_heads, sms)
-    if capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and in_place:
+    small = max_tokens <= CAPACITY_SPLITS_MAX_TOKENS or (CAPACITY_SPLITS_ONE_SEQUENCE and batch == 1)
+    if capacity and small and in_place:
         # a small table bounds every length: the splits of full-table lengths
         k = splitk.capacity_splits(
             batch, max_tokens, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(),

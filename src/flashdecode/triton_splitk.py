@@ -146,7 +146,8 @@ PLANNER_ORDER = True
 # size and a shorter last one. Same probe, with the order: 48 x 256..16000 32/8 426.1 -> 374.0, 200 x 100..8000 12/2
 # 222.2 -> 199.6; the long tails 1-2.5% slower (docs/design.md, "The device planner's order and equal chunks")
 PLANNER_EQUAL = True
-# in-place plans: a chunk slot past the most chunks the lengths allow (``most_chunks``) returns before the cut
+# in-place plans in (chunk slots, heads) grids: a chunk slot past the most chunks the lengths allow (``most_chunks``)
+# returns before the cut (heads-first grids dispatch their unused slots last)
 INLINE_EXIT = True
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
@@ -1562,7 +1563,7 @@ def decode_splitk(
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
-        INLINE_EXIT=bool(inline) and INLINE_EXIT,
+        INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
