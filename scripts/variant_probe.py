@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | one]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | one | fill]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -19,6 +19,9 @@ batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 
 one: one-sequence batches in place or with the capacity's splits at any table size
 (``api.CAPACITY_SPLITS_ONE_SEQUENCE``); long sequences in their own tables, short ones in serving-sized tables,
 sliding windows.
+
+fill: shapes whose single pass gives the SMs 1 or 2 programs each, planned (as before) or dual-path with the single
+pass for even batches of short sequences (``triton_splitk.FILL_GATE``); even short, even long and uneven batches.
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``).
@@ -55,6 +58,11 @@ ONE_OWN = [(65536, 12, 12), (131072, 12, 12), (65536, 12, 2), (131072, 12, 2), (
 ONE_T = [(1, 12, 12), (512, 12, 12), (4096, 12, 12), (2048, 28, 4), (100, 12, 2), (4000, 32, 8), (8192, 40, 40),
          (32768, 40, 40), (20000, 12, 2)]
 
+# single passes of 1 or 2 programs per SM: even short batches, even long ones, uneven ones
+FILL_SHORT = [(64, 1024, 12, 2), (128, 512, 12, 2), (128, 256, 12, 2), (32, 1024, 28, 4), (16, 1024, 32, 8),
+              (64, 1024, 28, 4), (32, 1024, 32, 8), (64, 512, 28, 4)]
+FILL_LONG = [(64, 2048, 12, 2), (32, 2048, 32, 8), (128, 2048, 12, 2), (16, 8192, 32, 8)]
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -67,6 +75,7 @@ VARIANTS = {
     "exit": ("inplace", [("cut", dict(INLINE_EXIT=False), False), ("exit", dict(INLINE_EXIT=True), False)]),
     "one": ("one", [("in place", {"api.CAPACITY_SPLITS_ONE_SEQUENCE": False}, False),
                     ("capacity", {"api.CAPACITY_SPLITS_ONE_SEQUENCE": True}, False)]),
+    "fill": ("fill", [("planned", dict(FILL_GATE=False), False), ("gate", dict(FILL_GATE=True), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -91,6 +100,14 @@ def rows(shapes):
         big = [Row([s], hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for s, hq, hkv in ONE_T]
         window = [Row([65536], 12, 12, window_left=4095), Row([131072], 32, 8, window_left=8191)]
         return own + big + window
+    if shapes == "fill":
+        even = [Row([s] * b, hq, hkv) for b, s, hq, hkv in FILL_SHORT + FILL_LONG]
+        big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in FILL_SHORT[:2]]
+        uneven = [Row([64 + (i * 397) % 1985 for i in range(64)], 12, 2, label="64x64..2048 12/2"),
+                  Row([100 + (i * 211) % 900 for i in range(128)], 12, 2, label="128x100..1000 12/2"),
+                  Row([8192] + [512] * 63, 12, 2, label="8192+63x512 12/2"),
+                  Row([1024] * 31 + [900], 28, 4, label="32x900..1024 28/4")]  # fmt: skip
+        return even + big + uneven
     if shapes == "inplace":
         own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INPLACE_OWN]
         big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INPLACE_T]

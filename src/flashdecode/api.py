@@ -292,7 +292,10 @@ def _choose_backend(
         straggler = FULL_GRID_DUAL_PATH and max_tokens >= FULL_GRID_DUAL_MIN_TOKENS and batch > 1
         return ("triton_splitk", DUAL_PATH) if dual and straggler else ("triton", 1)
     # enough programs for the single pass if the lengths are even, which only the device knows
-    if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
+    fill = dual and splitk.FILL_GATE and splitk.single_pass_fill(
+        batch, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads, sms
+    )  # fmt: skip
+    if dual and (tail or fill or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
     in_place = splitk.plans_in_place(batch, q_len, q.shape[-2], num_kv_heads, sms)
     small = max_tokens <= CAPACITY_SPLITS_MAX_TOKENS or (CAPACITY_SPLITS_ONE_SEQUENCE and batch == 1)
