@@ -3,25 +3,20 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | one | fill]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
 instead of the table's capacity (``num_candidates``; what a bound read from the lengths would give, the same cut).
 Rows in serving-sized tables (T131072) and in their own. (At a16535e a set "mhaslots" measured the MHA tiles'
 grid with 4 or 3 slot programs per SM instead of 8: docs/design.md, not kept; at df6c8c1 a set "spread" the busy
-programs spread evenly over the in-place grid, not kept either.)
+programs spread evenly over the in-place grid, at 7b4f0ec a set "one" the capacity's splits for one-sequence batches
+in tables of any size, at 18240b7 a set "fill" a dual path for single passes of 1-2 programs per SM with a gate on
+short even batches: none kept, docs/design.md.)
 
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
 batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
-
-one: one-sequence batches in place or with the capacity's splits at any table size
-(``api.CAPACITY_SPLITS_ONE_SEQUENCE``); long sequences in their own tables, short ones in serving-sized tables,
-sliding windows.
-
-fill: shapes whose single pass gives the SMs 1 or 2 programs each, planned (as before) or dual-path with the single
-pass for even batches of short sequences (``triton_splitk.FILL_GATE``); even short, even long and uneven batches.
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``).
@@ -52,17 +47,6 @@ INPLACE_OWN = [(1, 131072, 12, 12), (1, 65536, 12, 12), (4, 16384, 12, 12), (16,
 INPLACE_T = [(1, 32768, 40, 40), (1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (1, 2048, 28, 4),
              (8, 2048, 28, 4), (8, 512, 28, 4), (4, 1024, 12, 2)]
 
-# one sequence: anchor rows in their own tables, shorter ones in serving-sized tables
-ONE_OWN = [(65536, 12, 12), (131072, 12, 12), (65536, 12, 2), (131072, 12, 2), (8192, 32, 32), (32768, 32, 32),
-           (16384, 28, 4), (131072, 32, 8)]
-ONE_T = [(1, 12, 12), (512, 12, 12), (4096, 12, 12), (2048, 28, 4), (100, 12, 2), (4000, 32, 8), (8192, 40, 40),
-         (32768, 40, 40), (20000, 12, 2)]
-
-# single passes of 1 or 2 programs per SM: even short batches, even long ones, uneven ones
-FILL_SHORT = [(64, 1024, 12, 2), (128, 512, 12, 2), (128, 256, 12, 2), (32, 1024, 28, 4), (16, 1024, 32, 8),
-              (64, 1024, 28, 4), (32, 1024, 32, 8), (64, 512, 28, 4)]
-FILL_LONG = [(64, 2048, 12, 2), (32, 2048, 32, 8), (128, 2048, 12, 2), (16, 8192, 32, 8)]
-
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -73,9 +57,6 @@ VARIANTS = {
     "capacityfeat": ("feat", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                               ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 2560}, False)]),
     "exit": ("inplace", [("cut", dict(INLINE_EXIT=False), False), ("exit", dict(INLINE_EXIT=True), False)]),
-    "one": ("one", [("in place", {"api.CAPACITY_SPLITS_ONE_SEQUENCE": False}, False),
-                    ("capacity", {"api.CAPACITY_SPLITS_ONE_SEQUENCE": True}, False)]),
-    "fill": ("fill", [("planned", dict(FILL_GATE=False), False), ("gate", dict(FILL_GATE=True), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -95,19 +76,6 @@ def rows(shapes):
                   Row([3000, 200, 1000, 50], 12, 2, table_tokens=4096, label="4x50..3000 12/2 T4096")]  # fmt: skip
         return ([Row([s] * b, hq, hkv) for b, s, hq, hkv in full]
                 + [Row([s] * b, hq, hkv, table_tokens=4096) for b, s, hq, hkv in loose] + uneven)  # fmt: skip
-    if shapes == "one":
-        own = [Row([s], hq, hkv) for s, hq, hkv in ONE_OWN]
-        big = [Row([s], hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for s, hq, hkv in ONE_T]
-        window = [Row([65536], 12, 12, window_left=4095), Row([131072], 32, 8, window_left=8191)]
-        return own + big + window
-    if shapes == "fill":
-        even = [Row([s] * b, hq, hkv) for b, s, hq, hkv in FILL_SHORT + FILL_LONG]
-        big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in FILL_SHORT[:2]]
-        uneven = [Row([64 + (i * 397) % 1985 for i in range(64)], 12, 2, label="64x64..2048 12/2"),
-                  Row([100 + (i * 211) % 900 for i in range(128)], 12, 2, label="128x100..1000 12/2"),
-                  Row([8192] + [512] * 63, 12, 2, label="8192+63x512 12/2"),
-                  Row([1024] * 31 + [900], 28, 4, label="32x900..1024 28/4")]  # fmt: skip
-        return even + big + uneven
     if shapes == "inplace":
         own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INPLACE_OWN]
         big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INPLACE_T]

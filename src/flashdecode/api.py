@@ -39,8 +39,6 @@ SINGLE_PASS_MAX_TOKENS = 256
 # whose planned path merges in the last chunk program keep it (24 x 2048 32/8 57.8 -> 70.2 with the capacity's
 # splits). 0: off (docs/design.md)
 CAPACITY_SPLITS_MAX_TOKENS = 2560
-# ...and for one sequence in a table of any size (no other sequence whose length its splits could misfit)
-CAPACITY_SPLITS_ONE_SEQUENCE = False
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
@@ -292,14 +290,10 @@ def _choose_backend(
         straggler = FULL_GRID_DUAL_PATH and max_tokens >= FULL_GRID_DUAL_MIN_TOKENS and batch > 1
         return ("triton_splitk", DUAL_PATH) if dual and straggler else ("triton", 1)
     # enough programs for the single pass if the lengths are even, which only the device knows
-    fill = dual and splitk.FILL_GATE and splitk.single_pass_fill(
-        batch, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(), num_kv_heads, sms
-    )  # fmt: skip
-    if dual and (tail or fill or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
+    if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
     in_place = splitk.plans_in_place(batch, q_len, q.shape[-2], num_kv_heads, sms)
-    small = max_tokens <= CAPACITY_SPLITS_MAX_TOKENS or (CAPACITY_SPLITS_ONE_SEQUENCE and batch == 1)
-    if capacity and small and in_place:
+    if capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and in_place:
         # a small table bounds every length: the splits of full-table lengths
         k = splitk.capacity_splits(
             batch, max_tokens, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(),

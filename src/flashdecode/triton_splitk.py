@@ -146,12 +146,6 @@ PLANNER_ORDER = True
 # size and a shorter last one. Same probe, with the order: 48 x 256..16000 32/8 426.1 -> 374.0, 200 x 100..8000 12/2
 # 222.2 -> 199.6; the long tails 1-2.5% slower (docs/design.md, "The device planner's order and equal chunks")
 PLANNER_EQUAL = True
-# a single pass that fills the SMs with 1 or 2 programs each (single_pass_fill: at least SINGLE_FILL of them) takes
-# an even batch whose mean visible length is at most SINGLE_FILL_MAX_TOKENS; "auto" runs such shapes dual-path with
-# that gate (FILL_GATE), plan_decode from the lengths
-SINGLE_FILL = 0.95
-SINGLE_FILL_MAX_TOKENS = 1024
-FILL_GATE = False
 # in-place plans in (chunk slots, heads) grids: a chunk slot past the most chunks the lengths allow (``most_chunks``)
 # returns before the cut (heads-first grids dispatch their unused slots last)
 INLINE_EXIT = True
@@ -1273,20 +1267,6 @@ def single_pass_tail(
     return (full * wave // num_kv_heads if TAIL_SPLIT else 0), long_tokens
 
 
-def single_pass_fill(
-    batch: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, num_sms: int,
-) -> bool:  # fmt: skip
-    """Whether these shapes' single pass gives the SMs one or two programs each, alike (``plan_decode``'s rule for an
-    even batch of short sequences, SINGLE_FILL_*): its tile is the grouped prefetching one and its P programs give every
-    SM at most 2, with P >= SINGLE_FILL * ceil(P / #SMs) * #SMs."""
-    cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, single=True)
-    if not uses_prefetch_tile(cfg):
-        return False
-    programs = batch * num_kv_heads * cdiv(q_len * group, cfg["BLOCK_H"])
-    per_sm = cdiv(programs, num_sms)
-    return per_sm <= 2 and programs >= SINGLE_FILL * per_sm * num_sms
-
-
 def full_grid_span(batch: int, num_kv_heads: int, num_sms: int, target: int) -> int:
     """A dual-path call's SPAN for ``even_batch``: 0 (the batch size) below a full grid, else the sequences one wave
     holds, floor(target * #SMs / Hkv) < B (target: the planner's programs per SM, ``planner_target``). A full grid
@@ -1491,12 +1471,6 @@ def decode_splitk(
             batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
         )  # fmt: skip
     tail_first, long_mean = tail or (0, 0)
-    fill_gate = dual_path and tail is None and FILL_GATE and single_pass_fill(
-        batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms
-    )  # fmt: skip
-    if fill_gate:
-        # the single pass takes an even batch of short sequences only
-        long_mean = SINGLE_FILL_MAX_TOKENS + 1
     # ...or, in a full grid without a tail, the test over the sequences a wave holds (even_batch's SPAN)
     span = 0
     if dual_path and tail is None:
@@ -1520,8 +1494,7 @@ def decode_splitk(
         chunks, fixed = table.shape[1] - batch, 0
     elif num_splits is None:
         # the tail gate's planned path takes long batches of more than a wave: more slots, a finer cut
-        extra = TAIL_EXTRA_PROGRAMS_PER_SM if tail else None
-        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, extra), 0
+        chunks, fixed = grid_chunks(batch, num_kv_heads, num_sms, TAIL_EXTRA_PROGRAMS_PER_SM if long_mean else None), 0
     else:
         chunks, fixed = max(batch * num_splits, FIXED_GRID_SLOTS), num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
