@@ -115,6 +115,27 @@ def test_mha_tile_target_reaches_the_cut(inline_max, device, monkeypatch):
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
 
 
+def test_in_place_mha_slots_return_only_past_the_most_chunks(device, monkeypatch):
+    """In-place plans of (chunk slots, heads) grids return from a slot past ``most_chunks`` (one chunk per BLOCK_N
+    tile) before the cut (INLINE_EXIT). On 64 SMs these short sequences are cut at the smallest candidate, so the
+    cut's chunk count is exactly that bound: a bound any lower would leave chunks unwritten."""
+    from flashdecode import triton_splitk
+
+    assert triton_splitk.INLINE_EXIT
+    lens = [3, 40, 20, 0, 64, 17]
+    c = case(lens, 3, 3, 64, 16, torch.float32, device, seed=19)
+    out = torch.full_like(c.q, float("nan"))
+    lse = torch.empty(c.q.shape[:2], device=device)
+    num_sms, block_n = 64, 16
+    _, _, o_part, lse_part = decode_splitk(
+        *c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n}, return_partials=True
+    )
+    grid = grid_chunks(len(lens), 3, num_sms), block_n, num_candidates(c.block_table.shape[1] * 16, block_n)
+    chunks = chunk_plan(lens, 3, num_sms, *grid, saturation=planned_saturation(c))
+    assert len(chunks) == sum(max(-(-n // block_n), 1) for n in lens), "the cut must reach the bound"
+    check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
+
+
 def test_chunk_plan_covers_every_token_within_the_grid():
     for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64):
         for hkv, sms in ((1, 8), (8, 132), (2, 132)):
