@@ -291,8 +291,8 @@ def most_chunks(mine, seqlens, window, LOG2_BLOCK_N: tl.constexpr, HAS_WINDOW: t
 
 @triton.jit
 def _chunk_layout(
-    offs_b, mine, seqlens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    mine, seqlens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     WAVE_SAT: tl.constexpr = 0, NARROW: tl.constexpr = False,
 ):  # fmt: skip
@@ -315,7 +315,7 @@ def _chunk_layout(
     compile-time constant (one per device), so the division by it is a multiply and a shift. NARROW (``narrow_cut``:
     B * table tokens * Hkv < 2^31): the counts, sums and the mean's division in int32, the costs in int64 (a 64-bit
     division is a long dependent sequence on every program's path to its first load).
-    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B], offs_b, seqlens [BLOCK_B],
+    Returns (C, chunks per sequence n [BLOCK_B], inclusive prefix sum of n [BLOCK_B],
     uneven: the cut sequences fail ``even_test``, so the planner orders their chunks and evens them out).
     """
     lens = seqlens - window_starts(seqlens, window, HAS_WINDOW, Q_LEN)
@@ -349,7 +349,7 @@ def _chunk_layout(
     chunk = BLOCK_N << k_best.to(tl.int32)
     n = tl.where(mine, tl.maximum((lens + (chunk - 1)) >> (k_best.to(tl.int32) + LOG2_BLOCK_N), 1), 0)
     uneven = ~even_test(max_len, total, batch - first_seq)
-    return chunk, n, tl.cumsum(n, axis=0), offs_b, seqlens, uneven
+    return chunk, n, tl.cumsum(n, axis=0), uneven
 
 
 @triton.jit
@@ -428,9 +428,9 @@ def _plan_kernel(
         if first_seq < 0:
             return
     offs_b, mine, lens = lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
-    chunk, n, incl, offs_b, lens, uneven = _chunk_layout(
-        offs_b, mine, lens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
+    chunk, n, incl, uneven = _chunk_layout(
+        mine, lens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
+        BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
     )  # fmt: skip
     stride = max_chunks + batch
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
@@ -468,8 +468,7 @@ def _plan_kernel(
 @triton.jit
 def inline_chunk(
     offs_b, mine, seqlens, chunk_id, seq_of_interest, batch, first_seq, num_kv_heads, max_chunks, window,
-    NUM_SMS: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
+    NUM_SMS: tl.constexpr, BLOCK_N: tl.constexpr, LOG2_BLOCK_N: tl.constexpr, NUM_CAND: tl.constexpr,
     SATURATION: tl.constexpr, OVERHEAD: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     WAVE_SAT: tl.constexpr = 0, EQUAL: tl.constexpr = False, NARROW: tl.constexpr = False,
 ):  # fmt: skip
@@ -477,9 +476,9 @@ def inline_chunk(
     costs a program less than waiting for a planner kernel). For chunk slot chunk_id (or, with chunk_id < 0, for
     sequence seq_of_interest): (seq, seqlen, start, end, first chunk, chunk count), exactly what _plan_kernel
     writes (sequences from first_seq on); an unused slot has seq = B (and seqlen 0)."""
-    chunk, n, incl, offs_b, seqlens, uneven = _chunk_layout(
-        offs_b, mine, seqlens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-        BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
+    chunk, n, incl, uneven = _chunk_layout(
+        mine, seqlens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
+        BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
     )  # fmt: skip
     seq = tl.where(chunk_id < 0, seq_of_interest, tl.sum((incl <= chunk_id).to(tl.int32), axis=0))
     pick = offs_b == seq
@@ -792,8 +791,8 @@ def _partial_kernel(
             if chunk_id >= most_chunks(mine, seqlens, window, LOG2_BLOCK_N, HAS_WINDOW, Q_LEN):
                 return
         seq, seqlen, start, end, _, count = inline_chunk(
-            offs_b, mine, seqlens, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL, NARROW,
+            offs_b, mine, seqlens, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window,
+            NUM_SMS, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL, NARROW,
         )  # fmt: skip
         single = count == 1
     else:
@@ -897,7 +896,7 @@ def _combine_kernel(
         offs_b, mine, seqlens = lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
         _, _, _, _, first, count = inline_chunk(
             offs_b, mine, seqlens, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-            BLOCK_B, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW=NARROW,
+            BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW=NARROW,
         )  # fmt: skip
         if count <= MERGED_MAX:
             # written by its partial program
