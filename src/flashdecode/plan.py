@@ -224,25 +224,22 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         # an even batch's single pass skips the device's longest-first test
         return DecodePlan("triton", 1, False, reason, shapes, in_order=even)
 
-    tail = None
     if splits is api.DUAL_PATH:
-        tail = splitk.single_pass_tail(
+        tail, span = splitk.dual_path_gates(
             batch, head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads, sms, max_tokens
         )  # fmt: skip
-        target = splitk.planner_target(head_dim, group, q.dtype, q_len, kv_itemsize, num_kv_heads)
-        if tail is None and splitk.full_grid_span(batch, num_kv_heads, sms, target):
+        if span:
             # a full grid's dual path: the host has the lengths, so the single pass, or a host table if uneven
             if not (table_ok or even):
                 return DecodePlan(name, None, True, "an uneven full grid: the dual path decides on the device", shapes)
             name, splits = "triton", 1
+        elif common.even_lengths(visible, None, q_len, tail[1] if tail else 0):
+            # the device's test, on the host: the single pass takes an even batch (of short ones under the tail gate)
+            return single("even lengths: the single pass, as the dual path would")
+        elif tail is not None:
+            return DecodePlan(name, None, True, "a single-pass tail: the dual path decides on the device", shapes)
     if name == "triton" and even:
         return single("the shapes alone pick it")
-    if splits is api.DUAL_PATH:
-        # the device's test, on the host: the single pass takes an even batch (of short sequences under the tail gate)
-        if common.even_lengths(visible, None, q_len, tail[1] if tail else 0):
-            return single("even lengths: the single pass, as the dual path would")
-        if tail is not None:
-            return DecodePlan(name, None, True, "a single-pass tail: the dual path decides on the device", shapes)
     if splits is None and _single_pass_fills(head_dim, group, q.dtype, q_len, kv_itemsize, batch, num_kv_heads, sms,
                                              visible):  # fmt: skip
         return single("even short lengths, a single pass that fills the SMs alike")

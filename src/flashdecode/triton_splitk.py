@@ -1276,6 +1276,17 @@ def full_grid_span(batch: int, num_kv_heads: int, num_sms: int, target: int) -> 
     return span if span < batch else 0
 
 
+def dual_path_gates(
+    batch: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, num_sms: int,
+    max_tokens: int,
+) -> tuple[tuple[int, int] | None, int]:  # fmt: skip
+    """A dual-path call's gates, from shapes: (``single_pass_tail``'s (first sequence, long mean) or None, and
+    without a tail ``full_grid_span``'s SPAN for the planner's target, else 0)."""
+    shapes = (head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads)
+    tail = single_pass_tail(batch, *shapes, num_sms, max_tokens)
+    return tail, (0 if tail else full_grid_span(batch, num_kv_heads, num_sms, planner_target(*shapes)))
+
+
 def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
     """Whether a planned call merges chunks in the last partial program (``merge_if_last``) rather than in a combine
     launch, from shapes only: enough (sequence, row) pairs that the combine would not be a few long merges
@@ -1463,18 +1474,14 @@ def decode_splitk(
         num_sms = torch.cuda.get_device_properties(q.device).multi_processor_count if q.is_cuda else 16
     max_tokens = block_table.shape[1] * page_size
     # ...and its length gate: where the single pass would end on a nearly empty wave, the planned path takes long
-    # batches, of an even one the sequences from tail_first on
-    tail = None
+    # batches, of an even one the sequences from tail_first on; or, in a full grid without a tail, the test over the
+    # sequences a wave holds (even_batch's SPAN)
+    tail, span = None, 0
     if dual_path:
-        tail = single_pass_tail(
+        tail, span = dual_path_gates(
             batch, head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, num_sms, max_tokens
         )  # fmt: skip
     tail_first, long_mean = tail or (0, 0)
-    # ...or, in a full grid without a tail, the test over the sequences a wave holds (even_batch's SPAN)
-    span = 0
-    if dual_path and tail is None:
-        target = planner_target(head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads)
-        span = full_grid_span(batch, num_kv_heads, num_sms, target)
     if host:
         # the plan decided, from the table: its counters
         fused = counters is not None
@@ -1497,7 +1504,8 @@ def decode_splitk(
     else:
         chunks, fixed = max(batch * num_splits, FIXED_GRID_SLOTS), num_splits
     num_cand = num_candidates(max_tokens, cfg["BLOCK_N"])
-    narrow = narrow_cut(batch, max_tokens, num_kv_heads)
+    # the device cut's counting width (fixed splits and host tables make no cut on the device)
+    narrow = not (fixed or host) and narrow_cut(batch, max_tokens, num_kv_heads)
     o_part = workspace((chunks, q_len * num_q_heads, cfg["BLOCK_D"]), torch.float32, q.device)
     lse_part = workspace((chunks, q_len * num_q_heads), torch.float32, q.device)
     lse_arg = lse if lse is not None else lse_part
