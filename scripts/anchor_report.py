@@ -142,7 +142,8 @@ def eager_table(results, old_results, before):
     for r in results:
         if r.get("eager_us") and r["status"] == "ok":
             rows.setdefault(r["row"], {})[r["backend"]] = r["eager_us"]
-    print(f"\nEager µs (do_bench, host time included)\n\n| row | {before} | now µs | best peer, same run µs | vs same run |")
+    print("\nEager µs (do_bench, host time included)\n")
+    print(f"| row | {before} | now µs | best peer, same run µs | vs same run |")
     print("|---|---:|---:|---:|---:|")
     speeds = []
     for name, e in rows.items():

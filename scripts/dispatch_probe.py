@@ -84,12 +84,14 @@ def main():
         runs = [(w, b, s * h, 0, s) for w in (16, 32) for b, h, slots in ((8, 40, (28, 15, 11)), (32, 12, (89, 45, 34)))
                 for s in slots]  # fmt: skip
     for warps, busy, grid, *cap in runs:
-        period = cap[1] if len(cap) > 1 else period
+        # a run's own period (mha), else the mode's
+        run_period = cap[1] if len(cap) > 1 else period
         if grid >= busy:
-            rec = place(busy, grid, warps=warps, period=period if grid > busy else 0, per_sm=cap[0] if cap else 0)
+            rec = place(busy, grid, warps=warps, period=run_period if grid > busy else 0, per_sm=cap[0] if cap else 0)
             rec["warps"], rec["per_sm"] = warps, cap[0] if cap else None
             out.append(rec)
-            print(f"warps {warps} at most {rec['per_sm']} a SM, busy {busy:4d} grid {grid:5d}: on {rec['sms_used']:3d} SMs, at most {rec['max_per_sm']} per SM "
+            print(f"warps {warps} at most {rec['per_sm']} a SM, busy {busy:4d} grid {grid:5d}: "
+                  f"on {rec['sms_used']:3d} SMs, at most {rec['max_per_sm']} per SM "
                   f"(SMs with 0, 1, ... busy: {rec['sms_with']}); "
                   f"first SM ids {rec['first_ids'][:12]}", flush=True)  # fmt: skip
     with open(os.path.join(os.environ.get("OUT", "."), "dispatch.json"), "w") as f:

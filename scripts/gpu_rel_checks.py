@@ -66,7 +66,8 @@ def check_pool(num_kv_heads=8, head_dim=128, page_size=16, group=4) -> bool:
         ok_all &= ok
         print(f"  {'ok  ' if ok else 'FAIL'} {backend:14s} splits={splits}: out err {err:.3g} (tol {tol:.3g}), "
               f"lse err {lerr:.3g} (tol {lse_tol:.3g})")  # fmt: skip
-    print(f"RESULT pool {'PASS' if ok_all else 'FAIL'} pool of {k_cache.numel() / 2**31:.2f} x 2^31 elements, 3 backends")
+    verdict = "PASS" if ok_all else "FAIL"
+    print(f"RESULT pool {verdict} pool of {k_cache.numel() / 2**31:.2f} x 2^31 elements, 3 backends")
     return ok_all
 
 
@@ -91,7 +92,8 @@ def check_repeat(calls=1000) -> bool:
         torch.cuda.synchronize()
         ok = ok and mismatches == 0
         ok_all &= ok
-        print(f"  {'ok  ' if ok else 'FAIL'} {backend:14s} splits={splits}: {calls} calls, {mismatches} differ from the "
+        mark = "ok  " if ok else "FAIL"
+        print(f"  {mark} {backend:14s} splits={splits}: {calls} calls, {mismatches} differ from the "
               f"first; first vs reference err {err:.3g} (tol {tol:.3g}); {time.time() - start:.1f}s")  # fmt: skip
     print(f"RESULT repeat {'PASS' if ok_all else 'FAIL'} {calls} calls x 4 backends bit-identical")
     return ok_all

@@ -21,7 +21,8 @@ def layouts(case, hkv):
     """(name, k, v, kv_layout) views of the case's cache."""
     yield "nhd", case.k_cache, case.v_cache, "NHD"
     pad = 16 if hkv < 16 else 2 * hkv
-    big = [torch.zeros(*c.shape[:2], pad, c.shape[3], dtype=c.dtype, device=c.device) for c in (case.k_cache, case.v_cache)]
+    big = [torch.zeros(*c.shape[:2], pad, c.shape[3], dtype=c.dtype, device=c.device)
+           for c in (case.k_cache, case.v_cache)]
     for b, c in zip(big, (case.k_cache, case.v_cache)):
         b[:, :, :hkv] = c
     yield f"nhd-pad{pad}", big[0][:, :, :hkv], big[1][:, :, :hkv], "NHD"
@@ -44,7 +45,8 @@ def main():
 
             assert max_err(fn(), ref) < 2e-2, (name, label)
             us = do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
-            print(f"{name:>16} {label:>10} {us:7.1f} {nbytes / us / 1e3:6.0f}  {plan.backend} S={plan.num_splits}", flush=True)
+            print(f"{name:>16} {label:>10} {us:7.1f} {nbytes / us / 1e3:6.0f}  {plan.backend} S={plan.num_splits}",
+                  flush=True)
         del case
 
 

@@ -1,12 +1,12 @@
-"""Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module
-switches buys. Set VARIANTS to the switches under test (`dual`: the dual-path call against the planned path and the
-single pass; before: on the fused merge's rows, the combine launch
-instead of the fused merge, with the planner kernel or the cut computed in place for batches up to 256; before: the
-combine planning in place before its PDL wait against reading counts the partial programs published, at 5b7ac97; the
-combine's block of chunks; fewer chunk slots, EXTRA_PROGRAMS_PER_SM; earlier: PDL, the heads-first partial grid, the slot plan (docs/design.md), the
-planner's target by tile, the in-place plan, the fused merge, combine shapes, split tiles).
-Writes $OUT/probe.jsonl (one line per row x variant) and $OUT/profile.txt (per-kernel GPU time from
-torch.profiler, for the variants in PROFILED); prints every variant's graph µs per row last.
+"""Split-K overhead probe on the GPU: where the time of the planned path goes, and what a variant of the module switches
+buys. Set VARIANTS to the switches under test (`dual`: the dual-path call against the planned path and the single pass;
+before: on the fused merge's rows, the combine launch instead of the fused merge, with the planner kernel or the cut
+computed in place for batches up to 256; before: the combine planning in place before its PDL wait against reading
+counts the partial programs published, at 5b7ac97; the combine's block of chunks; fewer chunk slots,
+EXTRA_PROGRAMS_PER_SM; earlier: PDL, the heads-first partial grid, the slot plan (docs/design.md), the planner's target
+by tile, the in-place plan, the fused merge, combine shapes, split tiles). Writes $OUT/probe.jsonl (one line per row x
+variant) and $OUT/profile.txt (per-kernel GPU time from torch.profiler, for the variants in PROFILED); prints every
+variant's graph µs per row last.
 
     python scripts/perf_probe.py            # head dim 128 rows
     python scripts/perf_probe.py deep       # head dim 256 rows (the single pass on every row)
@@ -203,9 +203,9 @@ SMALL_ROWS = [
 ]  # fmt: skip
 SMALL_VARIANTS = [("rule", dict(), "planned"), ("fixed", dict(), "fixed"), ("single", dict(), "single"),
                   ("rule_again", dict(), "planned")]
-# `perf_probe.py fusedtile`: the fused merge's planned calls with the prefetching 32-token tile (FUSED_PREFETCH at 3ad0ec6: slower, removed),
-# without the heads-first grid, or with the combine launch: which of the three made fixed splits 10-14% faster on
-# the grouped rows of `small` (24 x 4096 32/8 rule 112.8, fixed2 99.8, same 384 programs)
+# `perf_probe.py fusedtile`: the fused merge's planned calls with the prefetching 32-token tile (FUSED_PREFETCH at
+# 3ad0ec6: slower, removed), without the heads-first grid, or with the combine launch: which of the three made fixed
+# splits 10-14% faster on the grouped rows of `small` (24 x 4096 32/8 rule 112.8, fixed2 99.8, same 384 programs)
 FUSEDTILE_ROWS = [
     Row([4096] * 24, 32, 8), Row([2048] * 24, 32, 8), Row([4096] * 16, 32, 8), Row([4096] * 32, 32, 8),
     Row([2048] * 40, 32, 8), Row([4096] * 64, 32, 8), Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2),
@@ -267,7 +267,8 @@ GRID2_ROWS = GRID_ROWS[:5]
 GRID2_VARIANTS = [
     ("fixedP_hf", dict(FIXED_HEADS_FIRST=True), "fixedP"), ("cap4", dict(FIXED_HEADS_FIRST=True), "fixedP_cap4"),
     ("cap8", dict(FIXED_HEADS_FIRST=True), "fixedP_cap8"), ("pad", dict(FIXED_HEADS_FIRST=True), "fixedP_pad"),
-    ("rule", dict(), "planned"), ("exact", dict(), "exact"), ("fixedP_hf_again", dict(FIXED_HEADS_FIRST=True), "fixedP"),
+    ("rule", dict(), "planned"), ("exact", dict(), "exact"),
+    ("fixedP_hf_again", dict(FIXED_HEADS_FIRST=True), "fixedP"),
 ]
 # `perf_probe.py store`: the anchor grid's rows through auto, for an A/B of a kernel change run twice
 STORE_ROWS = [
@@ -279,7 +280,8 @@ STORE_ROWS = [
 ]  # fmt: skip
 STORE_VARIANTS = [("auto", dict(), "auto"), ("auto_again", dict(), "auto")]
 # `perf_probe.py direct`: planned calls without the fused merge leave single-chunk sequences to the combine
-# (DIRECT_SINGLE_CHUNKS False at f45ad2a: 72 registers instead of 96, but slower on every row: removed; kept as auto vs fixed)
+# (DIRECT_SINGLE_CHUNKS False at f45ad2a: 72 registers instead of 96, but slower on every row: removed; kept as auto
+# vs fixed)
 DIRECT_ROWS = [
     Row([65536], 12, 2), Row([131072], 12, 2), Row([16384] * 4, 12, 2), Row([4096] * 16, 12, 2), Row([2048], 28, 4),
     Row([2048] * 8, 28, 4), Row([4096] * 20, 28, 4), Row([8192] * 5, 28, 4), Row([1024] * 16, 32, 8),
@@ -333,7 +335,9 @@ def planned_cut(row, sms):
     )  # fmt: skip
     slots = triton_splitk.grid_chunks(row.batch, row.num_kv_heads, sms)
     cand = triton_splitk.num_candidates(max(row.seqlens), cfg["BLOCK_N"])
-    plan = triton_splitk.chunk_plan(row.seqlens, row.num_kv_heads, sms, slots, cfg["BLOCK_N"], cand, saturation=saturation)
+    plan = triton_splitk.chunk_plan(
+        row.seqlens, row.num_kv_heads, sms, slots, cfg["BLOCK_N"], cand, saturation=saturation
+    )  # fmt: skip
     assert len(set(row.seqlens)) == 1 and len(plan) % row.batch == 0, "uniform rows only"
     return len(plan) // row.batch, slots
 

@@ -175,7 +175,8 @@ def provenance(device):
 
 def markdown(results, meta):
     lines = [
-        f"# Serving: {meta['model']} (random {meta['dtype']} weights), flashdecode loop vs transformers generate (SDPA)",
+        f"# Serving: {meta['model']} (random {meta['dtype']} weights), "
+        "flashdecode loop vs transformers generate (SDPA)",
         "",
         f"commit {meta['commit']}, {meta['device']}, torch {meta['torch']}, transformers {meta['transformers']}; "
         f"prompt {meta['prompt_len']} tokens, {meta['new_tokens']} new; near-tie: top-2 gap < {meta['near_tie']} "
@@ -245,9 +246,9 @@ def main(argv=None):
         with torch.inference_mode():
             results.append(run_batch(model, batch, args.prompt_len, args.new_tokens, args.near_tie, device, args.seed))
         r = results[-1]
+        graph = f", graph {r['cuda_graph']['decode_tok_s']:.0f} tok/s" if "cuda_graph" in r else ""
         print(f"batch {batch}: {time.perf_counter() - t0:.1f} s, HF {r['hf_sdpa']['decode_tok_s']:.0f} tok/s, "
-              f"ours eager {r['eager']['decode_tok_s']:.0f} tok/s"
-              + (f", graph {r['cuda_graph']['decode_tok_s']:.0f} tok/s" if "cuda_graph" in r else ""), flush=True)  # fmt: skip
+              f"ours eager {r['eager']['decode_tok_s']:.0f} tok/s{graph}", flush=True)
         for m in ("eager", "cuda_graph", "hf_eager_control"):
             if m in r:
                 print(f"  {m}: {r[m]['tokens_equal']}/{batch} identical, {r[m]['violations']} rule violations",

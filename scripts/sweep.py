@@ -34,7 +34,9 @@ def main():
     l2 = _l2_bytes("cuda")
     summary = []
     for row in ROWS:
-        c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
+        c = random_paged_case(
+            row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda", spare_pages=0
+        )
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         group = row.num_q_heads // row.num_kv_heads
@@ -47,7 +49,9 @@ def main():
                 fn = lambda: decode_single(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
             else:
                 triton_splitk.PLANNER_SATURATION, triton_splitk.SATURATION_PER_SM = None, ppsm
-                fn = lambda: triton_splitk.decode_splitk(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
+                fn = lambda: triton_splitk.decode_splitk(
+                    *next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg
+                )
             try:
                 err = max_err(fn()[0], ref)
                 assert err < 0.05, f"wrong: err {err}"
@@ -55,7 +59,8 @@ def main():
             except Exception as e:
                 print(f"{row.name()} {kind} {ppsm} {cfg} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
                 continue
-            rec = dict(row=row.name(), kind=kind, ppsm=ppsm, us=round(us, 2), gbps=round(row.io_bytes() / us / 1e3), **cfg)
+            gbps = round(row.io_bytes() / us / 1e3)
+            rec = dict(row=row.name(), kind=kind, ppsm=ppsm, us=round(us, 2), gbps=gbps, **cfg)
             log.write(json.dumps(rec) + "\n")
             log.flush()
             if best is None or us < best["us"]:

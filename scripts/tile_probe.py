@@ -1,6 +1,7 @@
-"""Split-K partial tiles for short chunks (GQA groups >= 4, the 12/2 and 28/4 anchor rows; with the argument
-``mha``, the planned 12/12 rows): BLOCK_N x warps x stages, with the planner at 2 (8 for MHA) and 4 programs per SM. Run on the GPU machine; writes $OUT/tile.jsonl and prints the
-table last (graph µs, caches rotated out of L2, every variant checked against the float64 reference first).
+"""Split-K partial tiles for short chunks (GQA groups >= 4, the 12/2 and 28/4 anchor rows; with the argument ``mha``,
+the planned 12/12 rows): BLOCK_N x warps x stages, with the planner at 2 (8 for MHA) and 4 programs per SM. Run on the
+GPU machine; writes $OUT/tile.jsonl and prints the table last (graph µs, caches rotated out of L2, every variant checked
+against the float64 reference first).
 """
 
 import itertools
