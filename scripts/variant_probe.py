@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -19,7 +19,8 @@ as the fixed splits of full-table lengths (4096); full tables, 2048-token tables
 batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
-lengths allow returning before it (``triton_splitk.INLINE_EXIT``).
+lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
+reading 64, 32 or 16 chunks at a time (``triton_splitk.COMBINE_BLOCK_S``).
 """
 
 import sys
@@ -57,6 +58,8 @@ VARIANTS = {
     "capacityfeat": ("feat", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                               ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 2560}, False)]),
     "exit": ("inplace", [("cut", dict(INLINE_EXIT=False), False), ("exit", dict(INLINE_EXIT=True), False)]),
+    "combineblock": ("inplace", [("S64", dict(COMBINE_BLOCK_S=64), False), ("S32", dict(COMBINE_BLOCK_S=32), False),
+                                 ("S16", dict(COMBINE_BLOCK_S=16), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
