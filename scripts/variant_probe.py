@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | inlineblock]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -20,7 +20,8 @@ batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
-reading 64, 32 or 16 chunks at a time (``triton_splitk.COMBINE_BLOCK_S``).
+reading 64, 32 or 16 chunks at a time (``triton_splitk.COMBINE_BLOCK_S``); inlineblock: the in-place plan's combine
+at 64 or 16 chunks a block (``COMBINE_INLINE_BLOCK_S``), on even and uneven rows with many (sequence, row) pairs.
 """
 
 import sys
@@ -60,6 +61,8 @@ VARIANTS = {
     "exit": ("inplace", [("cut", dict(INLINE_EXIT=False), False), ("exit", dict(INLINE_EXIT=True), False)]),
     "combineblock": ("inplace", [("S64", dict(COMBINE_BLOCK_S=64), False), ("S32", dict(COMBINE_BLOCK_S=32), False),
                                  ("S16", dict(COMBINE_BLOCK_S=16), False)]),
+    "inlineblock": ("inlineblock", [("S64", dict(COMBINE_INLINE_BLOCK_S=64), False),
+                                    ("S16", dict(COMBINE_INLINE_BLOCK_S=16), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -79,6 +82,16 @@ def rows(shapes):
                   Row([3000, 200, 1000, 50], 12, 2, table_tokens=4096, label="4x50..3000 12/2 T4096")]  # fmt: skip
         return ([Row([s] * b, hq, hkv) for b, s, hq, hkv in full]
                 + [Row([s] * b, hq, hkv, table_tokens=4096) for b, s, hq, hkv in loose] + uneven)  # fmt: skip
+    if shapes == "inlineblock":
+        own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in ((16, 4096, 12, 2), (16, 4096, 12, 12), (12, 8192, 12, 2))]
+        big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS)
+               for b, s, hq, hkv in ((8, 2048, 28, 4), (8, 512, 28, 4), (16, 1024, 12, 12), (16, 1024, 12, 2))]
+        uneven = [Row([30000] + [500] * 15, 12, 2, label="16x500..30000 12/2"),
+                  Row([100 + (i * 1583) % 7900 for i in range(16)], 28, 4, label="16x100..8000 28/4"),
+                  Row([2048] + [64] * 7, 28, 4, table_tokens=SERVING_TABLE_TOKENS, label="8x64..2048 28/4 T131072"),
+                  Row([50000] + [100] * 11, 12, 2, label="12x100..50000 12/2"),
+                  Row([65536] * 1, 12, 12, label="1x65536 12/12 (wide)")]  # fmt: skip
+        return own + big + uneven
     if shapes == "inplace":
         own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INPLACE_OWN]
         big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INPLACE_T]

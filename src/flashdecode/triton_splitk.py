@@ -151,6 +151,8 @@ PLANNER_EQUAL = True
 INLINE_EXIT = True
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
+# ...and after an in-place plan (at most 16 sequences, many (sequence, row) pairs: a few chunks each)
+COMBINE_INLINE_BLOCK_S = 64
 # planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
 # one program per row for each sequence that can have that many (max_chunks // (FUSED_MAX_CHUNKS + 1)), not per
 # sequence, so that a call whose sequences all merged in place has few idle combine programs (launch_combine's
@@ -1404,6 +1406,8 @@ def launch_combine(
     block_s, d_blocks = COMBINE_BLOCK_S, COMBINE_D_BLOCKS
     if COMBINE_WIDE and not deterministic and num_sms is not None and batch * q_len * num_q_heads < num_sms:
         block_s, d_blocks = COMBINE_WIDE
+    elif inline is not None:
+        block_s = COMBINE_INLINE_BLOCK_S
     if block_d % (16 * d_blocks):
         d_blocks = 1
     seqs = batch
