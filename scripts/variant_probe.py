@@ -3,7 +3,7 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | inlineblock]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -20,8 +20,10 @@ batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
-reading 64, 32 or 16 chunks at a time (``triton_splitk.COMBINE_BLOCK_S``); inlineblock: the in-place plan's combine
-at 64 or 16 chunks a block (``COMBINE_INLINE_BLOCK_S``), on even and uneven rows with many (sequence, row) pairs.
+reading 64, 32 or 16 chunks at a time (``triton_splitk.COMBINE_BLOCK_S``); smallblock: the in-place plan's combine
+at 64 chunks a block, or a sequence of at most 16 in one block of 16 (``COMBINE_INLINE_SMALL_S``; at 63765e6 a set
+"inlineblock" took every sequence 16 chunks at a time: uneven rows up to 30% slower), on even and uneven rows with
+many (sequence, row) pairs.
 """
 
 import sys
@@ -61,8 +63,8 @@ VARIANTS = {
     "exit": ("inplace", [("cut", dict(INLINE_EXIT=False), False), ("exit", dict(INLINE_EXIT=True), False)]),
     "combineblock": ("inplace", [("S64", dict(COMBINE_BLOCK_S=64), False), ("S32", dict(COMBINE_BLOCK_S=32), False),
                                  ("S16", dict(COMBINE_BLOCK_S=16), False)]),
-    "inlineblock": ("inlineblock", [("S64", dict(COMBINE_INLINE_BLOCK_S=64), False),
-                                    ("S16", dict(COMBINE_INLINE_BLOCK_S=16), False)]),
+    "smallblock": ("inlineblock", [("S64", dict(COMBINE_INLINE_SMALL_S=0), False),
+                                   ("small16", dict(COMBINE_INLINE_SMALL_S=16), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip

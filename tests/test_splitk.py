@@ -136,6 +136,32 @@ def test_in_place_mha_slots_return_only_past_the_most_chunks(device, monkeypatch
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
 
 
+def test_in_place_combine_small_and_wide_blocks(device, monkeypatch):
+    """After an in-place plan with many (sequence, row) pairs the combine merges a sequence of at most
+    COMBINE_INLINE_SMALL_S chunks in one small block and a longer one in COMBINE_BLOCK_S blocks (set to 2 and 4 here,
+    so that the long sequence takes several wide blocks): both against the reference, NaN-poisoned, LSE included."""
+    from flashdecode import triton_splitk
+
+    # no fused merge: a small batch plans in place
+    monkeypatch.setattr(triton_splitk, "FUSED_COMBINE", False)
+    monkeypatch.setattr(triton_splitk, "COMBINE_INLINE_SMALL_S", 2)
+    monkeypatch.setattr(triton_splitk, "COMBINE_BLOCK_S", 4)
+    lens = [900, 40, 130, 0]
+    c = case(lens, 8, 2, 64, 16, torch.float32, device, seed=23)
+    num_sms, block_n = 8, 16
+    assert triton_splitk.plans_in_place(len(lens), 1, 8, 2, num_sms) and len(lens) * 8 >= num_sms
+    grid = grid_chunks(len(lens), 2, num_sms), block_n, num_candidates(c.block_table.shape[1] * 16, block_n)
+    counts = [sum(1 for b, _, _ in chunk_plan(lens, 2, num_sms, *grid, saturation=planned_saturation(c)) if b == s)
+              for s in range(len(lens))]  # fmt: skip
+    assert max(counts) > 4 and 1 < min(n for n in counts if n > 1) <= 2, counts
+    out = torch.full_like(c.q, float("nan"))
+    lse = torch.full(c.q.shape[:2], float("nan"), device=device)
+    decode_splitk(*c.args, 0.125, out, lse, num_sms=num_sms, config={"BLOCK_N": block_n})
+    ref_out, ref_lse = reference_of(c, softmax_scale=0.125)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.float32)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
 def test_chunk_plan_covers_every_token_within_the_grid():
     for lens in ([0], [5], [131072] + [1024] * 63, [1] * 300, [7, 0, 4096, 33], [4096] * 64):
         for hkv, sms in ((1, 8), (8, 132), (2, 132)):

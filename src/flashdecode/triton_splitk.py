@@ -151,8 +151,9 @@ PLANNER_EQUAL = True
 INLINE_EXIT = True
 # the combine kernel reads the chunks' LSEs in blocks of this many
 COMBINE_BLOCK_S = 64
-# ...and after an in-place plan (at most 16 sequences, many (sequence, row) pairs: a few chunks each)
-COMBINE_INLINE_BLOCK_S = 64
+# ...and after an in-place plan (at most 16 sequences, many (sequence, row) pairs), a sequence of at most this many
+# chunks in one block of this many (0: off)
+COMBINE_INLINE_SMALL_S = 16
 # planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
 # one program per row for each sequence that can have that many (max_chunks // (FUSED_MAX_CHUNKS + 1)), not per
 # sequence, so that a call whose sequences all merged in place has few idle combine programs (launch_combine's
@@ -875,6 +876,7 @@ def _combine_kernel(
     EVEN_SPAN: tl.constexpr = 0,
     LONG_ONLY: tl.constexpr = 0,
     NARROW: tl.constexpr = False,
+    SMALL_S: tl.constexpr = 0,
 ):
     first_seq = 0
     if EVEN_B:
@@ -923,7 +925,6 @@ def _combine_kernel(
         if count <= MERGED_MAX:
             # written by its partial program (one chunk, or merged there: merge_if_last)
             return
-    offs_s = tl.arange(0, BLOCK_S)
     offs_d = d0 + tl.arange(0, BLOCK_DC)
 
     # the online softmax again, over the chunks' LSEs (natural log): running max, sum and weighted output
@@ -934,21 +935,21 @@ def _combine_kernel(
         # the sink is one more "chunk" of mass exp(sink) and output 0, counted once per row
         m_i = tl.load(SINKS + head)
         l_i = l_i + 1.0
-    for s0 in range(0, count, BLOCK_S):
-        mask_s = s0 + offs_s < count
-        rows = (first + s0 + offs_s).to(tl.int64) * num_rows + row
-        # [BLOCK_S]; empty chunks hold -inf
-        lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
-        # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_ref)
-        w = tl.exp(lse_s - m_ref)
-        # [BLOCK_S, BLOCK_D]
-        o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
-        acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
-        l_i = l_i * alpha + tl.sum(w, axis=0)
-        m_i = m_new
+    if SMALL_S > 0:
+        # a sequence of few chunks in one small block (fewer masked lanes); a long one in the wide blocks, whose
+        # dependent loads it chains fewer times
+        if count <= SMALL_S:
+            m_i, l_i, acc = merge_chunks(
+                O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, SMALL_S, BLOCK_D
+            )  # fmt: skip
+        else:
+            m_i, l_i, acc = merge_chunks(
+                O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D
+            )  # fmt: skip
+    else:
+        m_i, l_i, acc = merge_chunks(
+            O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D
+        )  # fmt: skip
 
     empty = l_i == 0.0
     out = acc / tl.where(empty, 1.0, l_i)
@@ -961,6 +962,31 @@ def _combine_kernel(
     if WRITE_LSE and d0 == 0:
         lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
         tl.store(LSE + seq * num_rows + row, lse)
+
+
+@triton.jit
+def merge_chunks(
+    O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr
+):  # fmt: skip
+    """The combine's online softmax over chunks first..first + count - 1 of one row, BLOCK_S at a time, from the
+    running (max, sum, weighted output [BLOCK_DC]) given: returns them updated."""
+    offs_s = tl.arange(0, BLOCK_S)
+    for s0 in range(0, count, BLOCK_S):
+        mask_s = s0 + offs_s < count
+        rows = (first + s0 + offs_s).to(tl.int64) * num_rows + row
+        # [BLOCK_S]; empty chunks hold -inf
+        lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
+        # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_ref)
+        w = tl.exp(lse_s - m_ref)
+        # [BLOCK_S, BLOCK_DC]
+        o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
+        acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
+        l_i = l_i * alpha + tl.sum(w, axis=0)
+        m_i = m_new
+    return m_i, l_i, acc
 
 
 def grid_chunks(batch: int, num_kv_heads: int, num_sms: int, extra: int | None = None) -> int:
@@ -1403,11 +1429,11 @@ def launch_combine(
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
-    block_s, d_blocks = COMBINE_BLOCK_S, COMBINE_D_BLOCKS
+    block_s, d_blocks, small_s = COMBINE_BLOCK_S, COMBINE_D_BLOCKS, 0
     if COMBINE_WIDE and not deterministic and num_sms is not None and batch * q_len * num_q_heads < num_sms:
         block_s, d_blocks = COMBINE_WIDE
-    elif inline is not None:
-        block_s = COMBINE_INLINE_BLOCK_S
+    elif inline is not None and 0 < COMBINE_INLINE_SMALL_S < block_s:
+        small_s = COMBINE_INLINE_SMALL_S
     if block_d % (16 * d_blocks):
         d_blocks = 1
     seqs = batch
@@ -1422,7 +1448,7 @@ def launch_combine(
         BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
         USE_PDL=pdl, MERGED_MAX=merged_max, **{**(inline or _NO_COMBINE_PLAN), **(even or {})},
-        LONG_ONLY=next_power_of_2(batch) if long_only else 0,
+        LONG_ONLY=next_power_of_2(batch) if long_only else 0, SMALL_S=small_s,
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
