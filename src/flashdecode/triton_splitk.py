@@ -935,20 +935,18 @@ def _combine_kernel(
         # the sink is one more "chunk" of mass exp(sink) and output 0, counted once per row
         m_i = tl.load(SINKS + head)
         l_i = l_i + 1.0
+    start = 0
     if SMALL_S > 0:
-        # a sequence of few chunks in one small block (fewer masked lanes); a long one in the wide blocks, whose
-        # dependent loads it chains fewer times
+        # a sequence of few chunks in one small block (fewer masked lanes); a long one in the wide blocks below, whose
+        # dependent loads it chains fewer times (the loop stays outside the branch)
         if count <= SMALL_S:
-            m_i, l_i, acc = merge_chunks(
-                O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, SMALL_S, BLOCK_D
+            m_i, l_i, acc = merge_block(
+                O_PART, LSE_PART, first, 0, count, row, num_rows, offs_d, m_i, l_i, acc, SMALL_S, BLOCK_D
             )  # fmt: skip
-        else:
-            m_i, l_i, acc = merge_chunks(
-                O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D
-            )  # fmt: skip
-    else:
-        m_i, l_i, acc = merge_chunks(
-            O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D
+            start = count
+    for s0 in range(start, count, BLOCK_S):
+        m_i, l_i, acc = merge_block(
+            O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D
         )  # fmt: skip
 
     empty = l_i == 0.0
@@ -965,28 +963,27 @@ def _combine_kernel(
 
 
 @triton.jit
-def merge_chunks(
-    O_PART, LSE_PART, first, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr
+def merge_block(
+    O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """The combine's online softmax over chunks first..first + count - 1 of one row, BLOCK_S at a time, from the
-    running (max, sum, weighted output [BLOCK_DC]) given: returns them updated."""
+    """One step of the combine's online softmax: chunks s0..s0 + BLOCK_S - 1 (of the count from ``first``) of one
+    row, merged into the running (max, sum, weighted output [BLOCK_DC]); returns them updated."""
     offs_s = tl.arange(0, BLOCK_S)
-    for s0 in range(0, count, BLOCK_S):
-        mask_s = s0 + offs_s < count
-        rows = (first + s0 + offs_s).to(tl.int64) * num_rows + row
-        # [BLOCK_S]; empty chunks hold -inf
-        lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
-        # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_ref)
-        w = tl.exp(lse_s - m_ref)
-        # [BLOCK_S, BLOCK_DC]
-        o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
-        acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
-        l_i = l_i * alpha + tl.sum(w, axis=0)
-        m_i = m_new
-    return m_i, l_i, acc
+    mask_s = s0 + offs_s < count
+    rows = (first + s0 + offs_s).to(tl.int64) * num_rows + row
+    # [BLOCK_S]; empty chunks hold -inf
+    lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
+    # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
+    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_ref)
+    w = tl.exp(lse_s - m_ref)
+    # [BLOCK_S, BLOCK_DC]
+    o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
+    acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
+    l_i = l_i * alpha + tl.sum(w, axis=0)
+    return m_new, l_i, acc
 
 
 def grid_chunks(batch: int, num_kv_heads: int, num_sms: int, extra: int | None = None) -> int:
