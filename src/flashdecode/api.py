@@ -292,8 +292,8 @@ def _choose_backend(
     # enough programs for the single pass if the lengths are even, which only the device knows
     if dual and (tail or batch * num_kv_heads >= DUAL_PATH_MIN_PROGRAMS_PER_SM * sms):
         return "triton_splitk", DUAL_PATH
-    in_place = splitk.plans_in_place(batch, q_len, q.shape[-2], num_kv_heads, sms)
-    if capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS and in_place:
+    small = capacity and max_tokens <= CAPACITY_SPLITS_MAX_TOKENS
+    if small and splitk.plans_in_place(batch, q_len, q.shape[-2], num_kv_heads, sms):
         # a small table bounds every length: the splits of full-table lengths
         k = splitk.capacity_splits(
             batch, max_tokens, q.shape[-1], q.shape[-2] // num_kv_heads, q.dtype, q_len, k_cache.element_size(),

@@ -1322,12 +1322,15 @@ def merge_in_partial(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int
     return FUSED_COMBINE and pairs and SATURATION_PER_SM * num_sms <= FUSED_EXPECTED_CHUNKS * batch * num_kv_heads
 
 
-def plans_in_place(batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int) -> bool:
+def plans_in_place(
+    batch: int, q_len: int, num_q_heads: int, num_kv_heads: int, num_sms: int, fused: bool | None = None
+) -> bool:  # fmt: skip
     """Whether a planned call without a host table computes the cut in its partial and combine programs
     (``inline_chunk``) rather than in a planner launch: at most INLINE_PLAN_MAX_BATCH sequences and no fused merge
-    (whose counters the planner zeroes)."""
-    fused = merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
-    return bool(INLINE_PLAN_MAX_BATCH) and batch <= INLINE_PLAN_MAX_BATCH and not fused
+    (whose counters the planner zeroes; fused: ``merge_in_partial``'s answer where the caller has it)."""
+    if not INLINE_PLAN_MAX_BATCH or batch > INLINE_PLAN_MAX_BATCH:
+        return False
+    return not (merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms) if fused is None else fused)
 
 
 def fixed_split_count(splits: int, chunk: int, cfg: dict, programs_per_split: int, num_sms: int) -> int:
@@ -1553,7 +1556,7 @@ def decode_splitk(
         counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
     # small batches without the fused merge (which needs the planner to zero its counters) plan in place
     inline = None
-    if not fixed and not host and plans_in_place(batch, q_len, num_q_heads, num_kv_heads, num_sms):
+    if not fixed and not host and plans_in_place(batch, q_len, num_q_heads, num_kv_heads, num_sms, fused):
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation, narrow)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
