@@ -3,7 +3,8 @@ again: the run's noise), with the plan and FlashInfer in the same process. Each 
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 
-    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock]
+    python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
+                                     inlinefused]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -17,6 +18,10 @@ short even batches: none kept, docs/design.md.)
 capacity: small batches in small tables with the cut computed in place (``api.CAPACITY_SPLITS_MAX_TOKENS`` 0) or
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
 batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
+
+inlinefused: calls of at most 16 sequences that fuse the merge, with the planner launch (``INLINE_FUSED`` 0) or
+planned in place after a kernel that zeroes the merge counters (1: the partial kernel waits for it at its top; 2: only
+before its merge).
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
@@ -51,6 +56,11 @@ INPLACE_OWN = [(1, 131072, 12, 12), (1, 65536, 12, 12), (4, 16384, 12, 12), (16,
 INPLACE_T = [(1, 32768, 40, 40), (1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (1, 2048, 28, 4),
              (8, 2048, 28, 4), (8, 512, 28, 4), (4, 1024, 12, 2)]
 
+# planned calls of <= 16 sequences with the fused merge (B * Hq >= #SMs, few chunks expected a sequence)
+INLINE_FUSED_OWN = [(16, 4096, 12, 12), (12, 4096, 12, 12), (12, 2048, 12, 12), (16, 4096, 32, 8), (16, 2048, 32, 8),
+                    (16, 1024, 32, 8), (16, 2048, 16, 16)]
+INLINE_FUSED_T = [(16, 1024, 12, 12), (16, 512, 32, 8), (16, 4096, 32, 8)]
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -65,6 +75,8 @@ VARIANTS = {
                                  ("S16", dict(COMBINE_BLOCK_S=16), False)]),
     "smallblock": ("inlineblock", [("S64", dict(COMBINE_INLINE_SMALL_S=0), False),
                                    ("small16", dict(COMBINE_INLINE_SMALL_S=16), False)]),
+    "inlinefused": ("inlinefused", [("planner", dict(INLINE_FUSED=0), False), ("zero", dict(INLINE_FUSED=1), False),
+                                     ("zero late", dict(INLINE_FUSED=2), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -94,6 +106,15 @@ def rows(shapes):
                   Row([50000] + [100] * 11, 12, 2, label="12x100..50000 12/2"),
                   Row([65536] * 1, 12, 12, label="1x65536 12/12 (wide)")]  # fmt: skip
         return own + big + uneven
+    if shapes == "inlinefused":
+        own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INLINE_FUSED_OWN]
+        big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INLINE_FUSED_T]
+        uneven = [Row([100 + (i * 1583) % 7900 for i in range(16)], 32, 8, label="16x100..8000 32/8"),
+                  Row([100, 7000, 300, 2500, 40, 1200, 900, 5000, 64, 3000, 700, 20], 12, 12,
+                      label="12x20..7000 12/12"),
+                  Row([2048] + [64] * 15, 32, 8, table_tokens=SERVING_TABLE_TOKENS, label="16x64..2048 32/8 T131072")]
+        controls = [Row([s] * b, hq, hkv) for b, s, hq, hkv in ((1, 65536, 12, 12), (8, 2048, 28, 4))]
+        return own + big + uneven + controls
     if shapes == "inplace":
         own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INPLACE_OWN]
         big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INPLACE_T]

@@ -59,19 +59,27 @@ def test_partials_match_mirror_fixed_splits(device):
 
 @pytest.mark.parametrize("narrow", [True, False], ids=["int32-cut", "int64-cut"])
 @pytest.mark.parametrize(
-    "num_sms,inline_max,combine", [(8, 16, False), (64, 16, True), (64, 0, True)], ids=["fused", "inline", "planner"]
+    "num_sms,inline_max,inline_fused,launches",
+    [(8, 16, 1, "zero"), (8, 16, 2, "zero"), (8, 16, 0, "plan"), (64, 16, 1, "combine"), (64, 0, 1, "plan combine")],
+    ids=["fused-in-place", "fused-in-place-late", "fused-planner", "in-place", "planner"],
 )
-def test_partials_match_mirror_planned(num_sms, inline_max, combine, narrow, device, monkeypatch):
+def test_partials_match_mirror_planned(num_sms, inline_max, inline_fused, launches, narrow, device, monkeypatch):
     """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
-    single-chunk sequences go straight to the output. Three ways to run the cut: B * Hq >= #SMs merges in the
-    partial kernel (planner kernel, no combine launch); fewer pairs with a small batch plan in place (no planner
-    launch: ``inline_chunk``); or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0). Each counts in
-    int32 (``narrow_cut``, these shapes) or int64 (NARROW_CUT off), to the same cut."""
+    single-chunk sequences go straight to the output. The ways to run the cut: B * Hq >= #SMs merges in the partial
+    kernel (no combine launch), the partial programs planning in place after a kernel that zeroes the merge counters
+    (INLINE_FUSED 1 or 2) or reading the planner kernel's cut (0); fewer pairs with a small batch plan in place
+    (``inline_chunk``) and launch the combine; or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0).
+    Each counts in int32 (``narrow_cut``, these shapes) or int64 (NARROW_CUT off), to the same cut."""
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
+    monkeypatch.setattr(triton_splitk, "INLINE_FUSED", inline_fused)
     monkeypatch.setattr(triton_splitk, "NARROW_CUT", narrow)
-    launched = {"plan": 0, "combine": 0}
+    # workspaces poisoned: merge counters nobody zeroes would not start at 0
+    real_workspace = triton_splitk.workspace
+    monkeypatch.setattr(triton_splitk, "workspace", lambda *a: real_workspace(*a).fill_(
+        float("nan") if a[1].is_floating_point else 12345))
+    launched = {"plan": 0, "combine": 0, "zero_counters": 0}
     for name in launched:
         real = getattr(triton_splitk, f"launch_{name}")
         monkeypatch.setattr(triton_splitk, f"launch_{name}",
@@ -89,7 +97,7 @@ def test_partials_match_mirror_planned(num_sms, inline_max, combine, narrow, dev
     chunks = chunk_plan(lens, 2, num_sms, grid_chunks(len(lens), 2, num_sms), block_n, num_cand,
                         saturation=planned_saturation(c))  # fmt: skip
     check_planned_partials(c, chunks, out, lse, o_part, lse_part, 0.125, 64)
-    assert launched == {"plan": int(inline_max == 0 or not combine), "combine": int(combine)}
+    assert [name for name, n in launched.items() if n] == launches.replace("zero", "zero_counters").split()
 
 
 @pytest.mark.parametrize("inline_max", [16, 0], ids=["inline", "planner"])

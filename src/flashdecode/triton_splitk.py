@@ -207,6 +207,11 @@ FIXED_MIN_SPLIT_TILES = 4
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
+# ...and those that fuse the merge plan in place too, their merge counters zeroed by a one-program kernel
+# (``launch_zero_counters``) instead of the planner: 1: that kernel lets the partial kernel launch at once, which waits
+# for it at its top; 2: it waits for the previous call first, and the partial kernel waits for it only before its
+# merge. 0: the planner (measurements)
+INLINE_FUSED = 1
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -615,29 +620,26 @@ def merge_chunk(m_i, l_i, acc, O_PART, LSE_PART, chunk, mask_c, in_chunk, offs_d
 
 @triton.jit
 def merge_if_last(
-    O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, slot, seq, kv_head, head_block, batch, max_chunks,
+    O_PART, LSE_PART, OUT, LSE, SINKS, COUNTERS, slot, seq, kv_head, head_block, first, count,
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
-    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False,
+    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False, WAIT: tl.constexpr = False,
 ):  # fmt: skip
     """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
     program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
     to arrive merges all of them into OUT / LSE, if the sequence has at most FUSED_MAX chunks (longer ones are left to
-    _combine_kernel). Publishing: every thread's stores, a CTA barrier, then one acq_rel atomic increment at GPU scope
-    of the (sequence, head block) counter (``slot``: sequence * Hkv * head blocks + KV head * head blocks + head
-    block), which the planner zeroed (planned mode) or the previous call's merger reset (fixed mode); the program that
+    _combine_kernel); its chunks are ids first..first + count - 1. Publishing: every thread's stores, a CTA barrier,
+    then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter (``slot``: sequence * Hkv *
+    head blocks + KV head * head blocks + head block), which the planner or ``_zero_counters_kernel`` zeroed (planned
+    mode; WAIT: the partial kernel waits for the latter only here) or the previous call's merger reset; the program that
     finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
     chunks per step, or all at once for at most MERGE_UNROLL_ALL fixed splits (the result does not depend on the
     arrival order). RESET (a host table's counters, which no planner zeroes): the merger resets its counter, as in
     fixed mode."""
-    if NUM_SPLITS > 0:
-        # fixed mode: chunk ids are sequence-major
-        first = seq * NUM_SPLITS
-        count = NUM_SPLITS
-    else:
-        first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
     if count <= FUSED_MAX:
+        # counters zeroed by the kernel before this one (INLINE_FUSED 2): its writes are visible after the wait
+        wait_for_previous(WAIT)
         tl.debug_barrier()
         arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
         if arrived == count - 1:
@@ -758,6 +760,7 @@ def _partial_kernel(
     EQUAL: tl.constexpr = False,
     NARROW: tl.constexpr = False,
     INLINE_EXIT: tl.constexpr = False,
+    WAIT_LATE: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -780,8 +783,11 @@ def _partial_kernel(
         num_head_ids = tl.num_programs(1)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
-    # planned mode: launched while the planner runs; fixed mode or in place: the call's first kernel
-    wait_for_previous(USE_PDL)
+    # planned mode: launched while the planner runs; fixed mode or in place: the call's first kernel; WAIT_LATE
+    # (INLINE_FUSED 2): launched once the counters' zeroing kernel is past its own wait, so everything before the call
+    # is done, and waiting for that kernel only before the merge counter
+    if not WAIT_LATE:
+        wait_for_previous(USE_PDL)
     if not LAST:
         # the combine may start now (it waits for this grid)
         let_next_start(USE_PDL)
@@ -793,7 +799,7 @@ def _partial_kernel(
             # unused slots come before other heads' busy ones in dispatch order)
             if chunk_id >= most_chunks(mine, seqlens, window, LOG2_BLOCK_N, HAS_WINDOW, Q_LEN):
                 return
-        seq, seqlen, start, end, _, count = inline_chunk(
+        seq, seqlen, start, end, first, count = inline_chunk(
             offs_b, mine, seqlens, chunk_id, 0, batch, first_seq, num_head_ids // HEAD_BLOCKS, max_chunks, window,
             NUM_SMS, BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, EQUAL, NARROW,
         )  # fmt: skip
@@ -823,12 +829,17 @@ def _partial_kernel(
         GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
     if FUSED_MAX > 0 and not single:
+        # the sequence's chunk ids: fixed mode's are sequence-major; the in-place cut gave them above
+        if NUM_SPLITS > 0:
+            first = seq * NUM_SPLITS
+            count = NUM_SPLITS
+        elif not INLINE_PLAN:
+            first, count = sequence_chunks(PLAN, seq, batch, max_chunks)
         merge_if_last(
-            O_PART, LSE_PART, OUT, LSE, SINKS, PLAN, COUNTERS, seq * num_head_ids + head_id, seq, kv_head, head_block,
-            batch, max_chunks,
-            stride_ob, stride_ot, stride_oh, num_q_heads,
+            O_PART, LSE_PART, OUT, LSE, SINKS, COUNTERS, seq * num_head_ids + head_id, seq, kv_head, head_block,
+            first, count, stride_ob, stride_ot, stride_oh, num_q_heads,
             GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL, NUM_SPLITS,
-            HOST_TABLE,
+            HOST_TABLE, WAIT_LATE,
         )  # fmt: skip
 
 
@@ -1203,6 +1214,31 @@ def launch_plan(
     return plan
 
 
+@triton.jit
+def _zero_counters_kernel(COUNTERS, num_counters, USE_PDL: tl.constexpr, LATE: tl.constexpr, BLOCK: tl.constexpr):
+    """The fused merge's int32 arrival counters zeroed, as the call's first kernel, where the partial programs plan in
+    place (``INLINE_FUSED``): one program. LATE: the partial kernel launches once this one is past its wait (so
+    everything before the call is done) and waits for it only before its merge; else it launches at once and waits
+    for it at its top, as it waits for the planner."""
+    if not LATE:
+        let_next_start(USE_PDL)
+    # the counters are a new workspace: memory the previous call's kernels may still use
+    wait_for_previous(USE_PDL)
+    if LATE:
+        let_next_start(USE_PDL)
+    for c0 in range(0, num_counters, BLOCK):
+        offs = c0 + tl.arange(0, BLOCK)
+        tl.store(COUNTERS + offs, tl.zeros([BLOCK], tl.int32), mask=offs < num_counters)
+
+
+def launch_zero_counters(counters, pdl: bool, chain: bool, late: bool) -> None:
+    """Run _zero_counters_kernel on counters (int32); pdl, chain: as ``launch_plan``'s; late: its LATE."""
+    launch(
+        _zero_counters_kernel, (1,), counters, counters.numel(), USE_PDL=pdl, LATE=late, BLOCK=1024,
+        **({"launch_pdl": True} if pdl and chain else {}),
+    )  # fmt: skip
+
+
 # the in-place plan's arguments of a partial kernel that reads the plan from PLAN instead (constant: no recompiles)
 _NO_INLINE_PLAN = dict(
     NUM_SMS=1, INLINE_PLAN=False, BLOCK_B=1, LOG2_BLOCK_N=4, NUM_CAND=1, SATURATION=1, OVERHEAD=0, WAVE_SAT=0
@@ -1554,9 +1590,10 @@ def decode_splitk(
         combine = False
     else:
         counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
-    # small batches without the fused merge (which needs the planner to zero its counters) plan in place
+    # small batches plan in place; with the fused merge (INLINE_FUSED) a small kernel zeroes its counters
+    inline_fused = bool(fused and INLINE_FUSED and not (fixed or host or dual_path) and batch <= INLINE_PLAN_MAX_BATCH)
     inline = None
-    if not fixed and not host and plans_in_place(batch, q_len, num_q_heads, num_kv_heads, num_sms, fused):
+    if inline_fused or (not (fixed or host) and plans_in_place(batch, q_len, num_q_heads, num_kv_heads, num_sms, fused)):
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation, narrow)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
@@ -1571,6 +1608,8 @@ def decode_splitk(
     elif fixed or inline:
         # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
         plan = workspace((1,), torch.int32, q.device)
+        if inline_fused:
+            launch_zero_counters(counters, pdl, chain, INLINE_FUSED == 2)
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
@@ -1597,10 +1636,11 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg,
-        **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host)) else {}),
+        **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host) or inline_fused) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
-        INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first,
+        INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first, 
+        WAIT_LATE=inline_fused and pdl and INLINE_FUSED == 2,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
@@ -1616,7 +1656,7 @@ def decode_splitk(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
             even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span) if dual_path else None,
-            long_only=COMBINE_LONG_ONLY and fused,
+            long_only=COMBINE_LONG_ONLY and fused and not inline,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
