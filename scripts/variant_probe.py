@@ -19,9 +19,10 @@ capacity: small batches in small tables with the cut computed in place (``api.CA
 as the fixed splits of full-table lengths (4096); full tables, 2048-token tables of shorter sequences, uneven
 batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 caches and sliding windows.
 
-inlinefused: calls of at most 16 sequences that fuse the merge, with the planner launch (``INLINE_FUSED`` 0) or
-planned in place after a kernel that zeroes the merge counters (1: the partial kernel waits for it at its top; 2: only
-before its merge).
+inlinefused: calls of at most 16 sequences that fuse the merge, with the planner launch or planned in place after a
+kernel that zeroes the merge counters (``INLINE_FUSED_MAX_BATCH`` 0 or 16; at 517dc88 a third column had the partial
+kernel wait for that kernel only before its merge: slower on 13 of 15 rows, not kept); inlinefused64: the same for
+17-64 sequences (``INLINE_FUSED_MAX_BATCH`` 16, 32 or 64).
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
@@ -60,6 +61,9 @@ INPLACE_T = [(1, 32768, 40, 40), (1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024,
 INLINE_FUSED_OWN = [(16, 4096, 12, 12), (12, 4096, 12, 12), (12, 2048, 12, 12), (16, 4096, 32, 8), (16, 2048, 32, 8),
                     (16, 1024, 32, 8), (16, 2048, 16, 16)]
 INLINE_FUSED_T = [(16, 1024, 12, 12), (16, 512, 32, 8), (16, 4096, 32, 8)]
+INLINE_FUSED_64 = [(64, 1024, 12, 2), (48, 1024, 12, 2), (48, 2048, 12, 2), (32, 2048, 32, 8), (20, 4096, 12, 12),
+                   (40, 1024, 28, 4), (64, 512, 12, 2)]
+INLINE_FUSED_64_T = [(64, 512, 12, 2), (32, 1024, 32, 8), (24, 2048, 28, 4)]
 
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
@@ -75,8 +79,11 @@ VARIANTS = {
                                  ("S16", dict(COMBINE_BLOCK_S=16), False)]),
     "smallblock": ("inlineblock", [("S64", dict(COMBINE_INLINE_SMALL_S=0), False),
                                    ("small16", dict(COMBINE_INLINE_SMALL_S=16), False)]),
-    "inlinefused": ("inlinefused", [("planner", dict(INLINE_FUSED=0), False), ("zero", dict(INLINE_FUSED=1), False),
-                                     ("zero late", dict(INLINE_FUSED=2), False)]),
+    "inlinefused": ("inlinefused", [("planner", dict(INLINE_FUSED_MAX_BATCH=0), False),
+                                     ("zero", dict(INLINE_FUSED_MAX_BATCH=16), False)]),
+    "inlinefused64": ("inlinefused64", [("planner", dict(INLINE_FUSED_MAX_BATCH=16), False),
+                                         ("in place 32", dict(INLINE_FUSED_MAX_BATCH=32), False),
+                                         ("in place 64", dict(INLINE_FUSED_MAX_BATCH=64), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
 }  # fmt: skip
@@ -114,6 +121,14 @@ def rows(shapes):
                       label="12x20..7000 12/12"),
                   Row([2048] + [64] * 15, 32, 8, table_tokens=SERVING_TABLE_TOKENS, label="16x64..2048 32/8 T131072")]
         controls = [Row([s] * b, hq, hkv) for b, s, hq, hkv in ((1, 65536, 12, 12), (8, 2048, 28, 4))]
+        return own + big + uneven + controls
+    if shapes == "inlinefused64":
+        own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INLINE_FUSED_64]
+        big = [Row([s] * b, hq, hkv, table_tokens=SERVING_TABLE_TOKENS) for b, s, hq, hkv in INLINE_FUSED_64_T]
+        uneven = [Row([64 + (i * 977) % 1985 for i in range(64)], 12, 2, label="64x64..2048 12/2"),
+                  Row([100 + (i * 1583) % 3900 for i in range(32)], 32, 8, label="32x100..4000 32/8"),
+                  Row([8000] + [300] * 23, 28, 4, table_tokens=SERVING_TABLE_TOKENS, label="24x300..8000 28/4 T131072")]
+        controls = [Row([s] * b, hq, hkv) for b, s, hq, hkv in ((16, 4096, 32, 8), (128, 1024, 12, 2))]
         return own + big + uneven + controls
     if shapes == "inplace":
         own = [Row([s] * b, hq, hkv) for b, s, hq, hkv in INPLACE_OWN]

@@ -149,15 +149,15 @@ variants = [(g, e) for g in (1, 4, 6, 7, 8) for e in ({}, dict(FUSED_MAX=64))]
 variants += [(6, dict(FUSED_MAX=64, EVEN_B=256, LONG_MEAN=1024))]
 variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16, WAVE_SAT=3,
                       NARROW=narrow)) for g in (1, 6, 7) for b in (1, 2, 4, 16) for narrow in (True, False)]
-# ...and with the fused merge (INLINE_FUSED; WAIT_LATE: its wait before the merge counter)
+# ...and with the fused merge (INLINE_FUSED_MAX_BATCH)
 variants += [(g, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(b), NUM_CAND=16, WAVE_SAT=3,
-                      NARROW=True, FUSED_MAX=64, WAIT_LATE=late)) for g in (1, 6) for b in (12, 16) for late in (0, 1)]
+                      NARROW=True, FUSED_MAX=64)) for g in (1, 6) for b in (12, 16, 64)]
 # the prefetching 32-token tile (launch_config's PREFETCH_TILE), planner-fed and in place, merging or not
 variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)) for g in (4, 6, 7, 8)
              for inline in ({}, dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
                                      WAVE_SAT=3, NARROW=True),
                             dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
-                                 WAVE_SAT=3, NARROW=True, FUSED_MAX=64, WAIT_LATE=True))]
+                                 WAVE_SAT=3, NARROW=True, FUSED_MAX=64))]
 for group, extra in variants:
     consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE, "GROUP": group,
               **extra}

@@ -60,20 +60,20 @@ def test_partials_match_mirror_fixed_splits(device):
 @pytest.mark.parametrize("narrow", [True, False], ids=["int32-cut", "int64-cut"])
 @pytest.mark.parametrize(
     "num_sms,inline_max,inline_fused,launches",
-    [(8, 16, 1, "zero"), (8, 16, 2, "zero"), (8, 16, 0, "plan"), (64, 16, 1, "combine"), (64, 0, 1, "plan combine")],
-    ids=["fused-in-place", "fused-in-place-late", "fused-planner", "in-place", "planner"],
+    [(8, 16, 16, "zero"), (8, 16, 0, "plan"), (64, 16, 16, "combine"), (64, 0, 16, "plan combine")],
+    ids=["fused-in-place", "fused-planner", "in-place", "planner"],
 )
 def test_partials_match_mirror_planned(num_sms, inline_max, inline_fused, launches, narrow, device, monkeypatch):
     """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
     single-chunk sequences go straight to the output. The ways to run the cut: B * Hq >= #SMs merges in the partial
     kernel (no combine launch), the partial programs planning in place after a kernel that zeroes the merge counters
-    (INLINE_FUSED 1 or 2) or reading the planner kernel's cut (0); fewer pairs with a small batch plan in place
+    (INLINE_FUSED_MAX_BATCH) or reading the planner kernel's cut; fewer pairs with a small batch plan in place
     (``inline_chunk``) and launch the combine; or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0).
     Each counts in int32 (``narrow_cut``, these shapes) or int64 (NARROW_CUT off), to the same cut."""
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
-    monkeypatch.setattr(triton_splitk, "INLINE_FUSED", inline_fused)
+    monkeypatch.setattr(triton_splitk, "INLINE_FUSED_MAX_BATCH", inline_fused)
     monkeypatch.setattr(triton_splitk, "NARROW_CUT", narrow)
     # workspaces poisoned: merge counters nobody zeroes would not start at 0
     real_workspace = triton_splitk.workspace

@@ -207,11 +207,9 @@ FIXED_MIN_SPLIT_TILES = 4
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
 INLINE_PLAN_MAX_BATCH = 16
-# ...and those that fuse the merge plan in place too, their merge counters zeroed by a one-program kernel
-# (``launch_zero_counters``) instead of the planner: 1: that kernel lets the partial kernel launch at once, which waits
-# for it at its top; 2: it waits for the previous call first, and the partial kernel waits for it only before its
-# merge. 0: the planner (measurements)
-INLINE_FUSED = 1
+# planned calls of at most this many sequences that fuse the merge plan in place too, their merge counters zeroed by a
+# one-program kernel (``launch_zero_counters``) instead of the planner. 0: the planner (measurements)
+INLINE_FUSED_MAX_BATCH = 16
 # chunks the merge loads per step (independent loads in flight: a serial merge cost ~0.27 us per chunk). The
 # partial kernel runs 4 programs per SM only at <= 128 registers a thread (4 warps): unrolling by 4 took groups 6 and
 # 7 from 126 to 136 registers (ptxas, sm_90a) and 256 x 256 12/2 from 28.4 to 34.5 us; by 2 they need 108
@@ -624,7 +622,7 @@ def merge_if_last(
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
-    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False, WAIT: tl.constexpr = False,
+    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False,
 ):  # fmt: skip
     """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
     program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
@@ -632,14 +630,12 @@ def merge_if_last(
     _combine_kernel); its chunks are ids first..first + count - 1. Publishing: every thread's stores, a CTA barrier,
     then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter (``slot``: sequence * Hkv *
     head blocks + KV head * head blocks + head block), which the planner or ``_zero_counters_kernel`` zeroed (planned
-    mode; WAIT: the partial kernel waits for the latter only here) or the previous call's merger reset; the program that
+    mode) or the previous call's merger reset (fixed mode, host tables); the program that
     finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
     chunks per step, or all at once for at most MERGE_UNROLL_ALL fixed splits (the result does not depend on the
     arrival order). RESET (a host table's counters, which no planner zeroes): the merger resets its counter, as in
     fixed mode."""
     if count <= FUSED_MAX:
-        # counters zeroed by the kernel before this one (INLINE_FUSED 2): its writes are visible after the wait
-        wait_for_previous(WAIT)
         tl.debug_barrier()
         arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
         if arrived == count - 1:
@@ -760,7 +756,6 @@ def _partial_kernel(
     EQUAL: tl.constexpr = False,
     NARROW: tl.constexpr = False,
     INLINE_EXIT: tl.constexpr = False,
-    WAIT_LATE: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -783,11 +778,9 @@ def _partial_kernel(
         num_head_ids = tl.num_programs(1)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
-    # planned mode: launched while the planner runs; fixed mode or in place: the call's first kernel; WAIT_LATE
-    # (INLINE_FUSED 2): launched once the counters' zeroing kernel is past its own wait, so everything before the call
-    # is done, and waiting for that kernel only before the merge counter
-    if not WAIT_LATE:
-        wait_for_previous(USE_PDL)
+    # planned mode: launched while the planner (or the counters' zeroing kernel) runs; fixed mode or in place
+    # without the fused merge: the call's first kernel
+    wait_for_previous(USE_PDL)
     if not LAST:
         # the combine may start now (it waits for this grid)
         let_next_start(USE_PDL)
@@ -839,7 +832,7 @@ def _partial_kernel(
             O_PART, LSE_PART, OUT, LSE, SINKS, COUNTERS, seq * num_head_ids + head_id, seq, kv_head, head_block,
             first, count, stride_ob, stride_ot, stride_oh, num_q_heads,
             GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL, NUM_SPLITS,
-            HOST_TABLE, WAIT_LATE,
+            HOST_TABLE,
         )  # fmt: skip
 
 
@@ -1215,26 +1208,22 @@ def launch_plan(
 
 
 @triton.jit
-def _zero_counters_kernel(COUNTERS, num_counters, USE_PDL: tl.constexpr, LATE: tl.constexpr, BLOCK: tl.constexpr):
+def _zero_counters_kernel(COUNTERS, num_counters, USE_PDL: tl.constexpr, BLOCK: tl.constexpr):
     """The fused merge's int32 arrival counters zeroed, as the call's first kernel, where the partial programs plan in
-    place (``INLINE_FUSED``): one program. LATE: the partial kernel launches once this one is past its wait (so
-    everything before the call is done) and waits for it only before its merge; else it launches at once and waits
-    for it at its top, as it waits for the planner."""
-    if not LATE:
-        let_next_start(USE_PDL)
+    place (``INLINE_FUSED_MAX_BATCH``): one program. The partial kernel launches at once and waits for it at its top,
+    as it waits for the planner."""
+    let_next_start(USE_PDL)
     # the counters are a new workspace: memory the previous call's kernels may still use
     wait_for_previous(USE_PDL)
-    if LATE:
-        let_next_start(USE_PDL)
     for c0 in range(0, num_counters, BLOCK):
         offs = c0 + tl.arange(0, BLOCK)
         tl.store(COUNTERS + offs, tl.zeros([BLOCK], tl.int32), mask=offs < num_counters)
 
 
-def launch_zero_counters(counters, pdl: bool, chain: bool, late: bool) -> None:
-    """Run _zero_counters_kernel on counters (int32); pdl, chain: as ``launch_plan``'s; late: its LATE."""
+def launch_zero_counters(counters, pdl: bool, chain: bool) -> None:
+    """Run _zero_counters_kernel on counters (int32); pdl, chain: as ``launch_plan``'s."""
     launch(
-        _zero_counters_kernel, (1,), counters, counters.numel(), USE_PDL=pdl, LATE=late, BLOCK=1024,
+        _zero_counters_kernel, (1,), counters, counters.numel(), USE_PDL=pdl, BLOCK=1024,
         **({"launch_pdl": True} if pdl and chain else {}),
     )  # fmt: skip
 
@@ -1590,8 +1579,8 @@ def decode_splitk(
         combine = False
     else:
         counters = workspace((batch * num_kv_heads * head_blocks,), torch.int32, q.device) if fused else None
-    # small batches plan in place; with the fused merge (INLINE_FUSED) a small kernel zeroes its counters
-    inline_fused = bool(fused and INLINE_FUSED and not (fixed or host or dual_path) and batch <= INLINE_PLAN_MAX_BATCH)
+    # small batches plan in place; with the fused merge a small kernel zeroes its counters (INLINE_FUSED_MAX_BATCH)
+    inline_fused = fused and not (fixed or host or dual_path) and batch <= INLINE_FUSED_MAX_BATCH
     inline = None
     if inline_fused or (not (fixed or host) and plans_in_place(batch, q_len, num_q_heads, num_kv_heads, num_sms, fused)):
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation, narrow)
@@ -1609,7 +1598,7 @@ def decode_splitk(
         # no plan in memory: each program computes its part of the cut itself (PLAN is read by no kernel)
         plan = workspace((1,), torch.int32, q.device)
         if inline_fused:
-            launch_zero_counters(counters, pdl, chain, INLINE_FUSED == 2)
+            launch_zero_counters(counters, pdl, chain)
     else:
         plan = launch_plan(
             cache_seqlens, num_kv_heads, num_sms, chunks, cfg["BLOCK_N"], num_cand, saturation, pdl, features,
@@ -1639,8 +1628,7 @@ def decode_splitk(
         **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host) or inline_fused) else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
-        INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first, 
-        WAIT_LATE=inline_fused and pdl and INLINE_FUSED == 2,
+        INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
