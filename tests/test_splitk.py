@@ -59,21 +59,27 @@ def test_partials_match_mirror_fixed_splits(device):
 
 @pytest.mark.parametrize("narrow", [True, False], ids=["int32-cut", "int64-cut"])
 @pytest.mark.parametrize(
-    "num_sms,inline_max,inline_fused,launches",
-    [(8, 16, 16, "zero"), (8, 16, 0, "plan"), (64, 16, 16, "combine"), (64, 0, 16, "plan combine")],
-    ids=["fused-in-place", "fused-planner", "in-place", "planner"],
+    "num_sms,inline_max,inline_fused,fused_max,launches",
+    [(8, 16, 16, 64, "zero"), (8, 16, 16, 2, "combine zero"), (8, 16, 0, 64, "plan"), (8, 16, 0, 2, "plan combine"),
+     (64, 16, 16, 64, "combine"), (64, 0, 16, 64, "plan combine")],
+    ids=["fused-in-place", "fused-in-place-long", "fused-planner", "fused-planner-long", "in-place", "planner"],
 )
-def test_partials_match_mirror_planned(num_sms, inline_max, inline_fused, launches, narrow, device, monkeypatch):
+def test_partials_match_mirror_planned(
+    num_sms, inline_max, inline_fused, fused_max, launches, narrow, device, monkeypatch
+):  # fmt: skip
     """Planned mode: a long sequence among short ones gets many chunks; each chunk's partial matches the mirror,
     single-chunk sequences go straight to the output. The ways to run the cut: B * Hq >= #SMs merges in the partial
     kernel (no combine launch), the partial programs planning in place after a kernel that zeroes the merge counters
-    (INLINE_FUSED_MAX_BATCH) or reading the planner kernel's cut; fewer pairs with a small batch plan in place
+    (INLINE_FUSED_MAX_BATCH) or reading the planner kernel's cut, the sequences of more than FUSED_MAX_CHUNKS chunks
+    (set to 2: the long one) left to a combine of one program a row per such sequence (``COMBINE_LONG_ONLY``, which
+    finds it in the planner's counts or its own in-place cut); fewer pairs with a small batch plan in place
     (``inline_chunk``) and launch the combine; or the planner kernel and the combine (INLINE_PLAN_MAX_BATCH = 0).
     Each counts in int32 (``narrow_cut``, these shapes) or int64 (NARROW_CUT off), to the same cut."""
     from flashdecode import triton_splitk
 
     monkeypatch.setattr(triton_splitk, "INLINE_PLAN_MAX_BATCH", inline_max)
     monkeypatch.setattr(triton_splitk, "INLINE_FUSED_MAX_BATCH", inline_fused)
+    monkeypatch.setattr(triton_splitk, "FUSED_MAX_CHUNKS", fused_max)
     monkeypatch.setattr(triton_splitk, "NARROW_CUT", narrow)
     # workspaces poisoned: merge counters nobody zeroes would not start at 0
     real_workspace = triton_splitk.workspace

@@ -159,6 +159,8 @@ COMBINE_INLINE_SMALL_S = 16
 # sequence, so that a call whose sequences all merged in place has few idle combine programs (launch_combine's
 # long_only). False: one per sequence
 COMBINE_LONG_ONLY = True
+# ...after an in-place plan too (the k-th program finds the k-th such sequence in its own cut)
+COMBINE_LONG_ONLY_IN_PLACE = True
 # the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
 # when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
@@ -902,13 +904,27 @@ def _combine_kernel(
         # the in-place plan's cut of the lengths (an input: no kernel of this call writes them), before waiting, so
         # that it overlaps the partial kernel's last programs
         offs_b, mine, seqlens = lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
-        _, _, _, _, first, count = inline_chunk(
-            offs_b, mine, seqlens, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
-            BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW=NARROW,
-        )  # fmt: skip
-        if count <= MERGED_MAX:
-            # written by its partial program
-            return
+        if LONG_ONLY:
+            # this program's sequence is the seq-th of those with more than MERGED_MAX chunks (as below)
+            _, n, incl, _ = _chunk_layout(
+                mine, seqlens, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS, BLOCK_N, LOG2_BLOCK_N,
+                NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW,
+            )  # fmt: skip
+            long = n > MERGED_MAX
+            pick = long & (tl.cumsum(long.to(tl.int32), axis=0) == seq + 1)
+            if tl.sum(pick.to(tl.int32), axis=0) == 0:
+                return
+            seq = tl.sum(tl.where(pick, offs_b, 0), axis=0)
+            first = tl.sum(tl.where(pick, incl - n, 0), axis=0)
+            count = tl.sum(tl.where(pick, n, 0), axis=0)
+        else:
+            _, _, _, _, first, count = inline_chunk(
+                offs_b, mine, seqlens, -1, seq, batch, first_seq, num_kv_heads, max_chunks, window, NUM_SMS,
+                BLOCK_N, LOG2_BLOCK_N, NUM_CAND, SATURATION, OVERHEAD, HAS_WINDOW, Q_LEN, WAVE_SAT, NARROW=NARROW,
+            )  # fmt: skip
+            if count <= MERGED_MAX:
+                # written by its partial program
+                return
     wait_for_previous(USE_PDL)
     if NUM_SPLITS > 0:
         first = seq * NUM_SPLITS
@@ -1448,9 +1464,10 @@ def launch_combine(
     reading counts the partial programs published: 8 x 2048 28/4 18.9 -> 17.6 us, 16 x 4096 12/2 28.2 -> 26.1,
     16 x 4096 12/12 102.8 -> 100.7; computing them after the wait had cost 1 x 65536 12/2 4 us, probe 4345621).
     even: a dual-path call's EVEN_B and the lengths arguments of ``even_batch`` (the combine is idle on an even
-    batch). long_only (planned mode from the planner's plan, merged_max > 1): one program per row for each of the
-    at most max_chunks // (merged_max + 1) sequences that can have more than merged_max chunks, the k-th program
-    finding the k-th such sequence in the plan's counts, instead of one per sequence (``COMBINE_LONG_ONLY``)."""
+    batch). long_only (planned mode with the fused merge, merged_max > 1): one program per row for each of the at
+    most max_chunks // (merged_max + 1) sequences that can have more than merged_max chunks, the k-th program
+    finding the k-th such sequence in the plan's counts or its in-place cut, instead of one per sequence
+    (``COMBINE_LONG_ONLY``, ``COMBINE_LONG_ONLY_IN_PLACE``)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -1463,7 +1480,7 @@ def launch_combine(
         d_blocks = 1
     seqs = batch
     if long_only:
-        assert not fixed and inline is None and merged_max > 1, "long_only reads the planner's counts"
+        assert not fixed and merged_max > 1, "long_only: planned mode with the fused merge"
         seqs = max(1, min(batch, max_chunks // (merged_max + 1)))
     launch(
         _combine_kernel, (q_len * num_q_heads, seqs, d_blocks),
@@ -1644,7 +1661,7 @@ def decode_splitk(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
             even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span) if dual_path else None,
-            long_only=COMBINE_LONG_ONLY and fused and not inline,
+            long_only=COMBINE_LONG_ONLY and fused and (not inline or COMBINE_LONG_ONLY_IN_PLACE),
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
