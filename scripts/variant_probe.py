@@ -22,8 +22,9 @@ batches; capacity4k: the same in tables of 3000-4096 tokens; capacityfeat: e4m3 
 inlinefused: calls of at most 16 sequences that fuse the merge, with the planner launch or planned in place after a
 kernel that zeroes the merge counters (``INLINE_FUSED_MAX_BATCH`` 0 or 16; at 517dc88 a third column had the partial
 kernel wait for that kernel only before its merge: slower on 13 of 15 rows, not kept); inlinefused64: the same for
-17-64 sequences (``INLINE_FUSED_MAX_BATCH`` 16, 32 or 64). inlinelong: the same rows with the combine after an in-place plan run
-for every sequence (all) or for those that can have more than FUSED_MAX_CHUNKS chunks (``COMBINE_LONG_ONLY_IN_PLACE``).
+17-64 sequences (``INLINE_FUSED_MAX_BATCH`` 16, 32 or 64). inlinelong: the inlinefused rows with the combine after an
+in-place plan run for every sequence (all) or for those that can have more than FUSED_MAX_CHUNKS chunks
+(``COMBINE_LONG_ONLY``; at 337168d a knob of its own for the in-place plans).
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
@@ -82,8 +83,8 @@ VARIANTS = {
                                    ("small16", dict(COMBINE_INLINE_SMALL_S=16), False)]),
     "inlinefused": ("inlinefused", [("planner", dict(INLINE_FUSED_MAX_BATCH=0), False),
                                      ("zero", dict(INLINE_FUSED_MAX_BATCH=16), False)]),
-    "inlinelong": ("inlinefused", [("all", dict(COMBINE_LONG_ONLY_IN_PLACE=False), False),
-                                   ("long only", dict(COMBINE_LONG_ONLY_IN_PLACE=True), False)]),
+    "inlinelong": ("inlinefused", [("all", dict(COMBINE_LONG_ONLY=False), False),
+                                   ("long only", dict(COMBINE_LONG_ONLY=True), False)]),
     "inlinefused64": ("inlinefused64", [("planner", dict(INLINE_FUSED_MAX_BATCH=16), False),
                                          ("in place 32", dict(INLINE_FUSED_MAX_BATCH=32), False),
                                          ("in place 64", dict(INLINE_FUSED_MAX_BATCH=64), False)]),

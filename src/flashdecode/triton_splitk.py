@@ -20,12 +20,12 @@ Two ways to cut, one kernel:
   one chunk per sequence. The grid has ``grid_chunks`` = B + a few programs per SM slots: sized from B and the SM
   count, never from the cache's capacity, read by no host code, so one CUDA graph serves every length. A sequence
   that gets a single chunk is written straight to the output by its partial program; the combine skips it. Batches of
-  <= 16 sequences that do not fuse the merge compute the same cut inside each program instead (``inline_chunk``, no
-  planner launch).
+  <= 16 sequences compute the same cut inside each program instead (``inline_chunk``, no planner launch; with the
+  fused merge a one-program kernel zeroes its counters, ``INLINE_FUSED_MAX_BATCH``).
 * merging: with B * q_len * Hq >= #SMs the last chunk program of a sequence to finish merges its chunks
-  (``merge_if_last``: an acq_rel arrival counter the planner zeroed); otherwise, or for sequences of more than
-  FUSED_MAX_CHUNKS chunks, the combine kernel does (then with programs for the few sequences that can have that
-  many, ``COMBINE_LONG_ONLY``).
+  (``merge_if_last``: an acq_rel arrival counter the planner, or that kernel, zeroed); otherwise, or for sequences of
+  more than FUSED_MAX_CHUNKS chunks, the combine kernel does (then with programs for the few sequences that can have
+  that many, ``COMBINE_LONG_ONLY``).
 * dual path (``dual_path=True``, what ``auto`` uses at 2 to 4 single-pass programs per SM): the single pass is
   launched first and writes only if the lengths are even (the longest at most 1.5 times the mean,
   ``triton_common.even_batch``); the planned kernels after it take the same test and return on an even batch.
@@ -157,10 +157,9 @@ COMBINE_INLINE_SMALL_S = 16
 # planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
 # one program per row for each sequence that can have that many (max_chunks // (FUSED_MAX_CHUNKS + 1)), not per
 # sequence, so that a call whose sequences all merged in place has few idle combine programs (launch_combine's
-# long_only). False: one per sequence
+# long_only; after an in-place plan the k-th program finds the k-th such sequence in its own cut: H200, variant_probe
+# inlinelong at 337168d, 16 x 512 32/8 T131072 15.8 -> 15.3 us, 14 other rows within 0.1). False: one per sequence
 COMBINE_LONG_ONLY = True
-# ...after an in-place plan too (the k-th program finds the k-th such sequence in its own cut)
-COMBINE_LONG_ONLY_IN_PLACE = True
 # the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
 # when B * Hq < #SMs (few (sequence, head) pairs, each merging many chunks) the combine instead reads
@@ -1467,7 +1466,7 @@ def launch_combine(
     batch). long_only (planned mode with the fused merge, merged_max > 1): one program per row for each of the at
     most max_chunks // (merged_max + 1) sequences that can have more than merged_max chunks, the k-th program
     finding the k-th such sequence in the plan's counts or its in-place cut, instead of one per sequence
-    (``COMBINE_LONG_ONLY``, ``COMBINE_LONG_ONLY_IN_PLACE``)."""
+    (``COMBINE_LONG_ONLY``)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -1599,7 +1598,8 @@ def decode_splitk(
     # small batches plan in place; with the fused merge a small kernel zeroes its counters (INLINE_FUSED_MAX_BATCH)
     inline_fused = fused and not (fixed or host or dual_path) and batch <= INLINE_FUSED_MAX_BATCH
     inline = None
-    if inline_fused or (not (fixed or host) and plans_in_place(batch, q_len, num_q_heads, num_kv_heads, num_sms, fused)):
+    in_place = not (fixed or host) and plans_in_place(batch, q_len, num_q_heads, num_kv_heads, num_sms, fused)
+    if inline_fused or in_place:
         inline = inline_plan_args(batch, num_sms, cfg["BLOCK_N"], num_cand, saturation, narrow)
     if dual_path:
         # the single pass first: on an even batch it writes the output and every planned program returns at once
@@ -1642,7 +1642,9 @@ def decode_splitk(
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg,
-        **({"launch_pdl": True} if pdl and (chain or dual_path or not (fixed or inline or host) or inline_fused) else {}),
+        # a call's first kernel when chained; else after the planner, the counters' zeroing kernel or the single pass
+        **({"launch_pdl": True} if pdl and (chain or dual_path or inline_fused or not (fixed or inline or host))
+           else {}),
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
         INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first,
@@ -1661,7 +1663,7 @@ def decode_splitk(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
             even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span) if dual_path else None,
-            long_only=COMBINE_LONG_ONLY and fused and (not inline or COMBINE_LONG_ONLY_IN_PLACE),
+            long_only=COMBINE_LONG_ONLY and fused,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
