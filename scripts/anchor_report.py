@@ -2,9 +2,11 @@
 SGLang's and vLLM's Triton kernels where the run had them) and against the best peer time in ../shared/PERF.md,
 optionally before / after against an earlier results.json. Prints a markdown table, the geometric means and the
 rows more than 5% slower than before; then the same for the eager column (host time included: what a caller
-without CUDA graphs sees); then, given a ``--warm-l2`` run, its rows against PERF.md.
+without CUDA graphs sees); then, given a ``--warm-l2`` run, its rows against PERF.md; then, with ``--floor``, each
+anchor row against an ideal kernel's time (the row's bytes at a read ceiling plus a fixed cost per call).
 
     python scripts/anchor_report.py NEW/results.json [OLD/results.json] [--warm WARM/results.json] [--ours auto_plan]
+        [--floor GBPS,US]
 
 ``--ours`` reports another of our backends in place of ``auto`` (``auto_plan``: planned once per case on the host,
 as FlashInfer is); the "before" column stays the old run's ``auto``.
@@ -66,6 +68,10 @@ def main():
     if "--warm" in args:
         i = args.index("--warm")
         warm, args = args[i + 1], args[:i] + args[i + 2 :]
+    floor = None
+    if "--floor" in args:
+        i = args.index("--floor")
+        floor, args = tuple(float(v) for v in args[i + 1].split(",")), args[:i] + args[i + 2 :]
     meta, results = load(args[0])
     old = {}
     if len(args) > 1:
@@ -114,6 +120,8 @@ def main():
     eager_table(results, old_results if old else [], before)
     if warm:
         warm_table(warm)
+    if floor:
+        floor_table(results, *floor)
 
 
 def warm_table(path):
@@ -133,6 +141,30 @@ def warm_table(path):
         cells = [f"{e[OURS]:.1f}", f"{fi:.1f} ({who})" if fi else "", f"{peer:.1f}" if peer else "",
                  f"{fi / e[OURS]:.2f}×" if fi else "", f"{peer / e[OURS]:.2f}×" if peer else ""]  # fmt: skip
         print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def floor_table(results, ceiling_gbps, fixed_us):
+    """Each anchor row against an ideal kernel: bytes (K+V of the valid tokens, q, out) / ceiling_gbps + fixed_us.
+
+    The geometric mean of PERF.md's peer over that floor is the most any kernel with that fixed cost can score; our
+    time over the floor says where the remaining gap sits.
+    """
+    ours = {r["row"]: r for r in results if r["backend"] == OURS and r.get("graph_us") and r["status"] == "ok"}
+    print(f"\nAgainst an ideal kernel: bytes / {ceiling_gbps:.0f} GB/s + {fixed_us:.1f} µs a call (graph µs)\n")
+    print(f"| row | MB | floor µs | {OURS} µs | {OURS} / floor | PERF.md peer / floor |")
+    print("|---|---:|---:|---:|---:|---:|")
+    ideal, gap = [], []
+    for name in list(PERF_PEER_US)[:22]:
+        if name not in ours:
+            continue
+        r = ours[name]
+        t_floor = r["bytes"] / (ceiling_gbps * 1e3) + fixed_us
+        ideal.append(PERF_PEER_US[name] / t_floor)
+        gap.append(r["graph_us"] / t_floor)
+        print(f"| {name} | {r['bytes'] / 1e6:.1f} | {t_floor:.1f} | {r['graph_us']:.1f} | {gap[-1]:.2f} | "
+              f"{ideal[-1]:.2f} |")
+    print(f"\nOver {len(ideal)} rows: the ideal kernel {geomean(ideal):.3f}× PERF.md's best peer; {OURS} "
+          f"{geomean(gap):.3f}× the floor's time.")
 
 
 def eager_table(results, old_results, before):
