@@ -30,6 +30,8 @@ PERF_PEER_US = {
     "ragged 1x131072+63x1024 32/8": 355.8, "uniform 64x3064 32/8 (same bytes)": 190.4,
     "64x4096 32/8 D64 P16 bf16": 140.1, "64x4096 32/8 D256 P16 bf16": 494.6,
 }  # fmt: skip
+# the anchor grid: PERF.md's first 22 rows
+ANCHOR_ROWS = list(PERF_PEER_US)[:22]
 
 
 def load(path):
@@ -58,20 +60,20 @@ def geomean(values):
 OURS = "auto"
 
 
+def pop_option(args, flag, default=None):
+    """(value, the other args) of ``flag VALUE`` in args, or (default, args)."""
+    if flag not in args:
+        return default, args
+    i = args.index(flag)
+    return args[i + 1], args[:i] + args[i + 2 :]
+
+
 def main():
     global OURS
     args = sys.argv[1:]
-    warm = None
-    if "--ours" in args:
-        i = args.index("--ours")
-        OURS, args = args[i + 1], args[:i] + args[i + 2 :]
-    if "--warm" in args:
-        i = args.index("--warm")
-        warm, args = args[i + 1], args[:i] + args[i + 2 :]
-    floor = None
-    if "--floor" in args:
-        i = args.index("--floor")
-        floor, args = tuple(float(v) for v in args[i + 1].split(",")), args[:i] + args[i + 2 :]
+    OURS, args = pop_option(args, "--ours", OURS)
+    warm, args = pop_option(args, "--warm")
+    floor, args = pop_option(args, "--floor")
     meta, results = load(args[0])
     old = {}
     if len(args) > 1:
@@ -97,7 +99,7 @@ def main():
         fi, who = best_peer(e)
         peer = PERF_PEER_US.get(name)
         s_fi, s_peer = (fi / e[OURS] if fi else None), (peer / e[OURS] if peer else None)
-        anchor = name in list(PERF_PEER_US)[:22]
+        anchor = name in ANCHOR_ROWS
         if s_fi:
             vs_fi.append(s_fi)
             anchor_fi += [s_fi] if anchor else []
@@ -121,7 +123,7 @@ def main():
     if warm:
         warm_table(warm)
     if floor:
-        floor_table(results, *floor)
+        floor_table(results, *(float(v) for v in floor.split(",")))
 
 
 def warm_table(path):
@@ -154,7 +156,7 @@ def floor_table(results, ceiling_gbps, fixed_us):
     print(f"| row | MB | floor µs | {OURS} µs | {OURS} / floor | PERF.md peer / floor |")
     print("|---|---:|---:|---:|---:|---:|")
     ideal, gap = [], []
-    for name in list(PERF_PEER_US)[:22]:
+    for name in ANCHOR_ROWS:
         if name not in ours:
             continue
         r = ours[name]
