@@ -1,5 +1,6 @@
-"""Host time per eager decode_attention call on the GPU, with the cached launcher off and on (flashdecode/launcher.py):
-wall time of many queued calls on small cases (the GPU work is a few microseconds, so the host sets the pace), then a
+"""Host time per eager decode_attention call on the GPU, with the cached launcher off and on (flashdecode/launcher.py),
+and on with its replays calling Triton's launcher wrapper or the C function under it (``launcher.DIRECT``): wall
+time of many queued calls on small cases (the GPU work is a few microseconds, so the host sets the pace), then a
 cProfile of the replayed planned call. Run on the GPU machine:
 
     python scripts/host_overhead.py [--calls 500]
@@ -24,9 +25,15 @@ CASES = [
 ]
 
 
-def host_us(args, out, calls, cached):
+# (cached launcher on, replays call the C launch function directly): the variants timed, in turn
+VARIANTS = ((False, False), (True, False), (True, True))
+
+
+def host_us(args, out, calls, cached, direct):
     """Mean host time per call over ``calls`` queued calls (no sync inside), after a warm-up."""
-    launcher.ENABLED = cached
+    if (launcher.ENABLED, launcher.DIRECT) != (cached, direct):
+        launcher.clear()  # a new recording, made with this launch path
+    launcher.ENABLED, launcher.DIRECT = cached, direct
     for _ in range(20):
         decode_attention(*args, out=out)
     return host_us_per_call(lambda: decode_attention(*args, out=out), calls)
@@ -36,18 +43,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500)
     opts = parser.parse_args()
-    print(f"{'case':44s} {'host code us':>13s} {'replayed us':>12s}  (best of 5 rounds of {opts.calls} calls)")
+    print(f"{'case':44s} {'host code us':>13s} {'replayed us':>12s} {'direct us':>10s}  "
+          f"(best of 5 rounds of {opts.calls} calls)")
     for label, lens, hq, hkv in CASES:
         c = random_paged_case(lens, hq, hkv, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
         out = torch.empty_like(c.q)
         ref = decode_attention(*c.args).clone()
-        best = {False: float("inf"), True: float("inf")}
+        best = dict.fromkeys(VARIANTS, float("inf"))
         for _ in range(5):
-            for cached in (False, True):
-                best[cached] = min(best[cached], host_us(c.args, out, opts.calls, cached))
-        assert torch.equal(out, ref), f"{label}: the replayed call differs from the first"
-        print(f"{label:44s} {best[False]:13.1f} {best[True]:12.1f}", flush=True)
-    launcher.ENABLED = True
+            for variant in VARIANTS:
+                best[variant] = min(best[variant], host_us(c.args, out, opts.calls, *variant))
+                assert torch.equal(out, ref), f"{label} {variant}: the replayed call differs from the first"
+        print(f"{label:44s} " + " ".join(f"{best[v]:{w}.1f}" for v, w in zip(VARIANTS, (13, 12, 10))), flush=True)
+    launcher.ENABLED, launcher.DIRECT = True, True
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(300):

@@ -1,7 +1,7 @@
 """Host time of the pieces of an eager replayed decode_attention call, on the GPU machine (µs per call, best of 7
-rounds of 300 queued calls): the allocation and device calls it makes, then per case the whole call, its compiled
-launches as the cached launcher makes them (launch_all), and the same launches calling Triton's C launcher directly
-(without CudaLauncher.__call__'s Python wrapper; its arguments are Triton 3.6's). docs/design.md, "Host time".
+rounds of 300 queued calls): the allocation and device calls it makes, then per case the whole call and its
+compiled launches as the cached launcher makes them (launch_all), through CudaLauncher.__call__'s Python wrapper and
+calling the C launcher under it (``launcher.DIRECT``). docs/design.md, "Host time".
 
     python scripts/host_pieces.py
 """
@@ -45,37 +45,26 @@ def main():
                                  ("64x1024 12/2", [1024] * 64, 12, 2)):
         c = random_paged_case(lens, hq, hkv, 128, 16, torch.bfloat16, "cuda", spare_pages=0)
         out = torch.empty_like(c.q)
-        launcher.clear()
-        decode_attention(*c.args, out=out)  # records
-        ((_, rep),) = launcher._cache.items()
-        full = t(lambda: decode_attention(*c.args, out=out))
         stream = gs(gd())
-        # the replay's slots: q, k, v, lengths, table, out, then lse, 4 feature tensors and the counters (None here),
-        # then the workspaces
-        ptrs = [x.data_ptr() for x in (c.q, c.k_cache, c.v_cache, c.cache_seqlens, c.block_table, out)] + [None] * 6
-        buf = torch.empty(rep.workspace_bytes or 1, dtype=torch.uint8, device="cuda")
-        ptrs += [buf.data_ptr() + o for o in rep.offsets]
-        la = t(lambda: rep.launch_all(ptrs, stream))
-        # the same launches calling the C launcher directly (CudaLauncher.__call__'s scratch wrapper skipped)
-        names, lines = {}, []
-        for i, (_, compiled, grid, values, slots, _) in enumerate(rep.launches):
-            run = compiled.run
-            assert run.global_scratch_size == 0 and run.profile_scratch_size == 0
-            names.update({f"l{i}": run.launch, f"f{i}": compiled.function, f"m{i}": compiled.packed_metadata,
-                          f"coop{i}": run.launch_cooperative_grid, f"pdl{i}": run.launch_pdl})
-            args = [f"c{i}_{p}" for p in range(len(values))]
-            names.update({f"c{i}_{p}": v for p, v in enumerate(values)})
-            for p, s in slots:
-                args[p] = f"ptrs[{s}]"
-            lines.append(f"    l{i}({grid[0]}, {grid[1]}, {grid[2]}, stream, f{i}, coop{i}, pdl{i}, None, None, m{i}, "
-                         "None, None, None, " + ", ".join(args) + ")")
-        exec("def direct(ptrs, stream):\n" + "\n".join(lines), names)
-        direct = names["direct"]
-        d = t(lambda: direct(ptrs, stream))
-        torch.cuda.synchronize()
-        print(f"{label}: launches {len(rep.launches)}  full call {full:.2f}  launch_all {la:.2f}  "
-              f"direct C launch {d:.2f}")
-
+        timing = {}
+        for direct in (False, True):
+            launcher.clear()
+            launcher.DIRECT = direct
+            decode_attention(*c.args, out=out)  # records
+            ((_, rep),) = launcher._cache.items()
+            full = t(lambda: decode_attention(*c.args, out=out))
+            # the replay's slots: q, k, v, lengths, table, out, then lse, 4 feature tensors and the counters (None
+            # here), then the workspaces
+            ptrs = [x.data_ptr() for x in (c.q, c.k_cache, c.v_cache, c.cache_seqlens, c.block_table, out)]
+            ptrs += [None] * 6
+            buf = torch.empty(rep.workspace_bytes or 1, dtype=torch.uint8, device="cuda")
+            ptrs += [buf.data_ptr() + o for o in rep.offsets]
+            timing[direct] = full, t(lambda: rep.launch_all(ptrs, stream))
+            torch.cuda.synchronize()
+        launcher.DIRECT = True
+        (full_w, la_w), (full_d, la_d) = timing[False], timing[True]
+        print(f"{label}: launches {len(rep.launches)}  through Triton's wrapper: full call {full_w:.2f} launch_all "
+              f"{la_w:.2f}  calling the C launcher (launcher.DIRECT): full call {full_d:.2f} launch_all {la_d:.2f}")
 
 if __name__ == "__main__":
     main()
