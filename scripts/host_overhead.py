@@ -22,6 +22,8 @@ CASES = [
     ("8x2048 28/4 (planned in place + combine)", [2048] * 8, 28, 4),
     ("64x1024 12/2 (planner + fused merge)", [1024] * 64, 12, 2),
     ("256x256 12/2 (dual path: single + planned)", [256] * 256, 12, 2),
+    ("1x2048 28/4 (capacity splits + combine)", [2048], 28, 4),
+    ("16x4096 12/2 (dual path: single + planned)", [4096] * 16, 12, 2),
 ]
 
 
