@@ -53,10 +53,10 @@ def main():
             decode_attention(*c.args, out=out)  # records
             ((_, rep),) = launcher._cache.items()
             full = t(lambda: decode_attention(*c.args, out=out))
-            # the replay's slots: q, k, v, lengths, table, out, then lse, 4 feature tensors and the counters (None
-            # here), then the workspaces
+            # the replay's slots: q, k, v, lengths, table, out, then lse, 4 feature tensors, a plan's counters and
+            # host table (None here), then the workspaces
             ptrs = [x.data_ptr() for x in (c.q, c.k_cache, c.v_cache, c.cache_seqlens, c.block_table, out)]
-            ptrs += [None] * 6
+            ptrs += [None] * 7
             buf = torch.empty(rep.workspace_bytes or 1, dtype=torch.uint8, device="cuda")
             ptrs += [buf.data_ptr() + o for o in rep.offsets]
             timing[direct] = full, t(lambda: rep.launch_all(ptrs, stream))
