@@ -37,8 +37,8 @@ ENABLED = os.environ.get("FLASHDECODE_LAUNCH_CACHE", "1") != "0"
 # keys remembered; cleared when full (a caller cycling through more shapes than this pays the slow path)
 MAX_ENTRIES = 256
 # replays call the C launch function under Triton's launcher wrapper where that is safe (``_direct_launch``);
-# False: always the wrapper (an A/B switch for scripts/host_overhead.py; call ``clear()`` after changing it)
-DIRECT = True
+# FLASHDECODE_DIRECT_LAUNCH=0 (or False here, then ``clear()``): always the wrapper
+DIRECT = os.environ.get("FLASHDECODE_DIRECT_LAUNCH", "1") != "0"
 # a key whose launches could not be resolved: always the slow path
 UNCACHEABLE = object()
 # byte alignment of each workspace in a compiled replay's single buffer (the allocator's own blocks are 512-aligned;
