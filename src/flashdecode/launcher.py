@@ -13,7 +13,8 @@ launches, and later calls replay them:
   views of the inputs that start where they do) or to a workspace. A launch with an argument it cannot resolve (a
   tensor that is neither, or an object that holds an address, like a TMA descriptor) makes the key uncacheable.
 - A replay allocates the workspaces (one buffer) and hands the arguments straight to each compiled kernel's
-  launcher, the call that ``JITFunction.run`` ends with, from one generated straight-line function per recording.
+  launcher, the call that ``JITFunction.run`` ends with, from one generated straight-line function per recording;
+  where that launcher is Triton's thin Python wrapper, to the C function under it (``_direct_launch``).
   Under the interpreter it calls ``kernel[grid]`` with the rebuilt arguments, so the CPU tests exercise the same
   resolution. ``append_kv`` records and replays its launch the same way.
 
