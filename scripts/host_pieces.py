@@ -66,5 +66,6 @@ def main():
         print(f"{label}: launches {len(rep.launches)}  through Triton's wrapper: full call {full_w:.2f} launch_all "
               f"{la_w:.2f}  calling the C launcher (launcher.DIRECT): full call {full_d:.2f} launch_all {la_d:.2f}")
 
+
 if __name__ == "__main__":
     main()

@@ -188,25 +188,26 @@ def test_compiled_replay_passes_what_jit_run_passes():
 
 class _ThinLauncher:
     """A stand-in for Triton 3.6's CudaLauncher: the same ``__call__`` (scratch allocation elided: none is asked
-    for), over a ``launch`` that records what it is given."""
+    for), over a ``launch`` that records what it is given; ``wrapped`` counts the calls that went through
+    ``__call__``."""
 
     def __init__(self, calls, pdl):
         self.launch = lambda *args: calls.append(args)
         self.launch_cooperative_grid, self.launch_pdl = False, pdl
         self.global_scratch_size = self.profile_scratch_size = 0
+        self.wrapped = 0
 
     def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.wrapped += 1
         global_scratch = profile_scratch = None
         self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
                     global_scratch, profile_scratch, *args)  # fmt: skip
 
 
 @pytest.mark.parametrize("pdl", [False, True])
-def test_direct_replay_passes_what_the_wrapper_passes(pdl):
+def test_direct_replay_passes_what_the_wrapper_passes(monkeypatch, pdl):
     """Through a thin wrapper the replay calls the C function under it with exactly the arguments the wrapper would
     have passed it; with the switch off, or a kernel that asks for scratch memory, it calls the wrapper."""
-    via_wrapper, direct = [], []
-    wrapped = _ThinLauncher(via_wrapper, pdl)
 
     class Compiled:
         function, packed_metadata = "fn", (4, 1, 0)
@@ -214,12 +215,18 @@ def test_direct_replay_passes_what_the_wrapper_passes(pdl):
         def __init__(self, run):
             self.run = run
 
-    launch = [(None, Compiled(wrapped), (3, 2, 1), [None, 7, 0.5], [(0, 1)], {})]
-    launcher._straight_line(launch)([1000, 2000], "stream")
-    assert launcher._direct_launch(_ThinLauncher(direct, pdl)) is not None
-    launcher._straight_line([(None, Compiled(_ThinLauncher(direct, pdl)), *launch[0][2:])])([1000, 2000], "stream")
-    assert direct == via_wrapper == [(3, 2, 1, "stream", "fn", False, pdl, None, None, (4, 1, 0), None, None, None,
-                                      2000, 7, 0.5)]  # fmt: skip
+    def replay(run):
+        launch = [(None, Compiled(run), (3, 2, 1), [None, 7, 0.5], [(0, 1)], {})]
+        launcher._straight_line(launch)([1000, 2000], "stream")
+
+    expected = [(3, 2, 1, "stream", "fn", False, pdl, None, None, (4, 1, 0), None, None, None, 2000, 7, 0.5)]
+    via_wrapper, direct = [], []
+    monkeypatch.setattr(launcher, "DIRECT", False)
+    replay(wrapper := _ThinLauncher(via_wrapper, pdl))
+    assert via_wrapper == expected and wrapper.wrapped == 1
+    monkeypatch.setattr(launcher, "DIRECT", True)
+    replay(bypassed := _ThinLauncher(direct, pdl))
+    assert direct == expected and bypassed.wrapped == 0
     scratch = _ThinLauncher([], pdl)
     scratch.global_scratch_size = 64
     assert launcher._direct_launch(scratch) is None
@@ -228,7 +235,7 @@ def test_direct_replay_passes_what_the_wrapper_passes(pdl):
 
 def test_direct_launch_recognises_this_triton():
     """The pinned Triton's CUDA launcher is the thin wrapper ``_direct_launch`` stands in for: if an upgrade changes
-    it, replays fall back to the wrapper (correct, ~1.4 µs a launch slower) and this test says so."""
+    it, replays fall back to the wrapper (correct, ~1 µs a launch slower) and this test says so."""
     driver = pytest.importorskip("triton.backends.nvidia.driver")
     assert launcher._thin_wrapper(driver.CudaLauncher)
 
