@@ -67,14 +67,16 @@ for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_T
               dict(NUM_SPLITS=0, **INLINE), dict(NUM_SPLITS=0, Q_LEN=4, **INLINE, **FEATURES),
               dict(NUM_SPLITS=0, **dict(INLINE, NARROW=False)),
               dict(NUM_SPLITS=0, **INLINE, **PREFETCH), dict(NUM_SPLITS=4, **PREFETCH, **FEATURES),
-              dict(NUM_SPLITS=4, **PREFETCH, OFFS_I32=False)):
+              dict(NUM_SPLITS=4, **PREFETCH, OFFS_I32=False), dict(NUM_SPLITS=4, **PREFETCH, EARLY_PAGES=True),
+              dict(NUM_SPLITS=3, **PREFETCH, **FEATURES, EARLY_PAGES=True)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
 # the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx, extra
-for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATURES)):
+for extra in ({}, dict(Q_LEN=4, **FEATURES), PREFETCH, dict(**PREFETCH, **FEATURES), dict(**PREFETCH, EARLY_PAGES=True),
+              dict(**PREFETCH, EARLY_PAGES=True, KV_FP8=FEATURES["KV_FP8"])):
     compile_sm90(triton_single._decode_single_kernel, {**BASE, **extra})
 # dual-path calls: every kernel takes the evenness test (the single pass lets the next kernels start)
 ptx = compile_sm90(triton_single._decode_single_kernel, {**BASE, **PREFETCH, **FEATURES, "EVEN_B": 512,
@@ -133,7 +135,8 @@ from triton.compiler import ASTSource
 from flashdecode import triton_splitk
 
 # as on the GPU: pointers and strides divisible by 16 (so loads vectorise), except the unit strides and counts
-NOT16 = ("stride_btp", "stride_sl", "window", "batch", "max_chunks", "num_q_heads", "stride_ot", "num_sms")
+NOT16 = ("stride_btp", "stride_sl", "window", "batch", "max_chunks", "num_q_heads", "stride_ot", "num_sms", "len_hint",
+         "table_tokens")
 FLOATS = ("qk_scale", "softcap", "K_SCALE", "V_SCALE")
 kernel = triton_splitk._partial_kernel
 BASE = dict(HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
@@ -158,6 +161,9 @@ variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)
                                      WAVE_SAT=3, NARROW=True),
                             dict(INLINE_PLAN=True, BLOCK_B=triton_splitk.inline_block_b(16), NUM_CAND=16,
                                  WAVE_SAT=3, NARROW=True, FUSED_MAX=64))]
+# fixed splits of that tile merged in the last split program, their first page ids loaded before the lengths or not
+variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, NUM_SPLITS=8, FUSED_MAX=64, EARLY_PAGES=early))
+             for g in (4, 6, 7) for early in (False, True)]
 for group, extra in variants:
     consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE, "GROUP": group,
               **extra}
@@ -179,6 +185,8 @@ for group, extra in variants:
                           text=True).stderr
     worst.append((int(re.search(r"Used (\d+) registers", info).group(1)), group, sorted(extra.items())))
 print("registers", max(worst))
+for w in worst:
+    print(*w)
 assert max(worst)[0] <= 128, worst
 print("fits")
 """

@@ -224,6 +224,8 @@ def decode_attention(
                 plan_kwargs["table"] = table
             if plan.in_order:
                 plan_kwargs["in_order"] = True
+            if plan.len_hint:
+                plan_kwargs["len_hint"] = plan.len_hint
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -346,7 +348,7 @@ def _run_triton(
 
 def _run_triton_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits, counters=None,
-    long_tile=False, table=None,
+    long_tile=False, table=None, len_hint=0,
 ):  # fmt: skip
     splitk = _kernels()[2]
     split_tokens = None
@@ -360,7 +362,7 @@ def _run_triton_splitk(
     splitk.decode_splitk(
         q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse,
         num_splits=num_splits, split_tokens=split_tokens, num_sms=_num_sms(q.device), features=features,
-        dual_path=dual_path, counters=counters, long_tile=long_tile, table=table,
+        dual_path=dual_path, counters=counters, long_tile=long_tile, table=table, len_hint=len_hint,
     )  # fmt: skip
 
 

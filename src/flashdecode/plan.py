@@ -99,6 +99,9 @@ class DecodePlan:
             device (``triton_splitk.host_table``'s layout), for planned-mode calls of triton_splitk.
         in_order: the single pass keeps the batch order (the plan read even lengths), instead of dispatching the
             sequences longest first after testing them on the device (``triton_single.decode_single``).
+        len_hint: fixed splits without a window: the length every sequence had when planned (0: they differed), from
+            which each split program finds its first page ids before it has read its sequence's length
+            (``triton_splitk.decode_splitk(len_hint=...)``).
     """
 
     backend: str
@@ -110,6 +113,7 @@ class DecodePlan:
     long_tile: bool = False
     table: torch.Tensor | None = None
     in_order: bool = False
+    len_hint: int = 0
 
     def __post_init__(self):
         if self.long_tile and self.backend != "triton_splitk":
@@ -137,6 +141,12 @@ class DecodePlan:
                     f"device, for fixed splits or a table of triton_splitk (got {self.backend!r}, num_splits "
                     f"{self.num_splits})"
                 )
+        hint_ok = type(self.len_hint) is int and self.len_hint >= 0
+        if not hint_ok or (self.len_hint and (self.backend != "triton_splitk" or (self.num_splits or 0) < 2)):
+            raise ValueError(
+                f"DecodePlan: len_hint must be an int >= 0, and nonzero only for fixed splits of triton_splitk (got "
+                f"{self.len_hint!r}, {self.backend!r}, num_splits {self.num_splits})"
+            )
         if self.in_order and (self.backend, self.num_splits) != ("triton", 1):
             raise ValueError(f"DecodePlan: in_order is for the single pass (got {self.backend!r}, {self.num_splits})")
 
@@ -270,11 +280,14 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     if tile == "mha" and kv_itemsize == 2 and splitk.MHA_LONG_TILE and _mha_long(chunk, programs, saturation * sms):
         # the same cut and grid, one more stage of loads in flight
         long, reason = True, reason + " of the 3-stage MHA tile"
+    # one length for all: where each split starts is known before the kernels read it (a window's start is not)
+    hint = visible[0] if window is None and len(set(visible)) == 1 else 0
+    counters = None
     if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, k, sms):
         # the last split program of each (sequence, KV head, head block) merges them and zeroes its counter again
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
-        return DecodePlan(name, k, False, reason + ", merged in the last split program", shapes, counters, long)
-    return DecodePlan(name, k, False, reason, shapes, long_tile=long)
+        reason += ", merged in the last split program"
+    return DecodePlan(name, k, False, reason, shapes, counters, long, len_hint=hint)
 
 
 def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, head_blocks, num_sms, shapes) -> DecodePlan:

@@ -300,6 +300,11 @@ PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
 # planner's programs per SM instead: launcher.cap_programs_per_sm.)
 PREFETCH_TILE_PER_SM = 5
 PREFETCH_DEEP_TILE = dict(BLOCK_N=32, num_stages=4, PREFETCH_PAGES=True)
+# with the page-id prefetch, the first tile's page ids issue before the lengths arrive (attend_range's EARLY_PAGES):
+# the single pass from token 0, fixed splits from where a plan's length puts them (decode_splitk's len_hint).
+# Measured in docs/design.md, "The first page ids before the lengths". FLASHDECODE_EARLY_PAGES=0 (or False here,
+# then launcher.clear()): after the lengths, as before
+EARLY_PAGES = os.environ.get("FLASHDECODE_EARLY_PAGES", "1") != "0"
 # GQA groups of 4-16, one query token, 16-bit cache, head dims other than 128: a deeper tile without the page-id
 # prefetch. H200, 64 x 4096 32/8 (scripts/pipeline_probe.py dims, graph µs, single pass / planned split / 1 x 8192):
 # head_dim 64: 128 tokens, 2 stages 127.0 / 129.4 / 12.3 against the 64-token, 3-stage tile's 144.5 / 189.5 / 12.4
@@ -341,6 +346,12 @@ def tile_programs_per_sm(cfg: dict, single_programs: int = 0, num_sms: int | Non
     if one_wave and FP8_LONG_PROGRAMS_PER_SM * num_sms < single_programs <= FP8_LONG_ONE_WAVE * num_sms:
         return FP8_LONG_ONE_WAVE
     return FP8_LONG_PROGRAMS_PER_SM
+
+
+def pages_before_lengths(cfg: dict, features) -> bool:
+    """Whether a launch loads its first page ids before the lengths (``EARLY_PAGES``): the page-id prefetch and no
+    window (a window's first token comes from the length)."""
+    return bool(EARLY_PAGES and cfg["PREFETCH_PAGES"] and features.window_left is None)
 
 
 def uses_prefetch_tile(cfg: dict) -> bool:
@@ -574,6 +585,9 @@ def attend_range(
     PREFETCH_PAGES: tl.constexpr = False,
     OFFS_I32: tl.constexpr = False,
     V_T: tl.constexpr = 0,
+    early_first=0,
+    early_pages=0,
+    EARLY_PAGES: tl.constexpr = False,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
@@ -595,6 +609,10 @@ def attend_range(
     program waits for each tile's K/V in turn (docs/design.md).
     OFFS_I32: every page * stride + row * stride offset of K and V fits int32 (``cache_offsets_fit_int32``): the
     address arithmetic runs in 32 bits (one IMAD a token instead of a 64-bit multiply-add).
+    EARLY_PAGES (with PREFETCH_PAGES): early_pages [BLOCK_N] are the first tile's page ids, which the caller loaded
+    (``first_page_ids``) from early_first, where it expected the range to start, before it read the length; if the
+    range starts elsewhere they are loaded again from there (docs/design.md, "The first page ids before the
+    lengths").
     V_T: 0, V's head dim is contiguous. Otherwise V's pages are token-major (``v_token_major``: stride_vt is 1,
     head-dim elements PAGE_SIZE apart), and V is loaded along its tokens, which lets an 8-bit V reach the tensor
     cores without one-byte shared loads (docs/features.md). 1: whole runs of RUN tokens (``RUN_C``: the largest
@@ -616,7 +634,13 @@ def attend_range(
         # the walk starts on start's run; an empty range must not walk the tokens of that run before start
         first = start // RUN_C(PAGE_SIZE, BLOCK_N) * RUN_C(PAGE_SIZE, BLOCK_N)
         end = tl.where(end > start, end, first)
-    if PREFETCH_PAGES:
+    if PREFETCH_PAGES and EARLY_PAGES:
+        next_pages = early_pages
+        if first != early_first:
+            offs_next = first + tl.arange(0, BLOCK_N)
+            next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
+                                 mask=offs_next < end, other=0)  # fmt: skip
+    elif PREFETCH_PAGES:
         offs_next = first + tl.arange(0, BLOCK_N)
         next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs_next < end,
                              other=0)  # fmt: skip
@@ -718,6 +742,16 @@ def attend_range(
 
 
 @triton.jit
+def first_page_ids(BLOCK_ROW, stride_btp, first, table_tokens, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_N] page ids of tokens [first, first + BLOCK_N) of a block-table row, masked by the row's width
+    (table_tokens: its columns * PAGE_SIZE) alone, so that a kernel can issue the load before it has its sequence's
+    length (attend_range's EARLY_PAGES). Entries past the sequence are read then, but never dereferenced: the K/V
+    loads mask by the length."""
+    offs = first + tl.arange(0, BLOCK_N)
+    return tl.load(BLOCK_ROW + (offs.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs < table_tokens, other=0)
+
+
+@triton.jit
 def group_rows(head_block, kv_head, GROUP: tl.constexpr, Q_LEN: tl.constexpr, BLOCK_H: tl.constexpr):
     """The query rows of one program: (token [BLOCK_H], query head [BLOCK_H], row mask [BLOCK_H]). Row r of the
     KV head's Q_LEN x GROUP rows is token r // GROUP, head kv_head * GROUP + r % GROUP (a token's heads are
@@ -757,12 +791,14 @@ def attend_group(
     BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_F32: tl.constexpr, USE_DOT: tl.constexpr,
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False,
-    OFFS_I32: tl.constexpr = False, V_T: tl.constexpr = False,
+    OFFS_I32: tl.constexpr = False, V_T: tl.constexpr = False, early_first=0, early_pages=0,
+    EARLY_PAGES: tl.constexpr = False,
 ):  # fmt: skip
     """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
     over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
     for an empty range. BLOCK_ROW: the sequence's block-table row. fp8: k_scale joins the score scale, v_scale the
-    output (out = v_scale * acc / l). V_T: V's pages are token-major (``v_token_major``)."""
+    output (out = v_scale * acc / l). V_T: V's pages are token-major (``v_token_major``). early_first, early_pages,
+    EARLY_PAGES: the first page ids, loaded before the length (``attend_range``; head-dim-major V only)."""
     offs_d = tl.arange(0, BLOCK_D)
     row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
     q = load_q_rows(Q + seq * stride_qb, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM)
@@ -791,7 +827,7 @@ def attend_group(
         q, m_i, l_i, acc, k_head, v_head, BLOCK_ROW, stride_btp, start, whole, qk_scale,
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
         PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
-        PREFETCH_PAGES, OFFS_I32, 1 if V_T else 0,
+        PREFETCH_PAGES, OFFS_I32, 1 if V_T else 0, early_first, early_pages, EARLY_PAGES and not V_T,
     )  # fmt: skip
     if V_T:
         m_i, l_i, acc = attend_range(

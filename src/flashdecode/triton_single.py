@@ -30,10 +30,12 @@ from .triton_common import (
     chain_pdl,
     dot_in_fp32,
     even_batch,
+    first_page_ids,
     launch_config,
     let_next_start,
     longest_first,
     next_power_of_2,
+    pages_before_lengths,
     single_pass_long_grid,
     store_group,
     tile_programs_per_sm,
@@ -110,6 +112,8 @@ def _decode_single_kernel(
     V_T: tl.constexpr = False,
     LONGEST_B: tl.constexpr = 0,
     EVEN_SPAN: tl.constexpr = 0,
+    table_tokens=0,
+    EARLY_PAGES: tl.constexpr = False,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -119,6 +123,7 @@ def _decode_single_kernel(
     if EVEN_B:
         # dual-path call: the planned kernels may start now; they compute the same test, so exactly one path writes
         let_next_start(USE_PDL)
+    early_pages = 0
     if LONGEST_B:
         # grid row `slot` takes the sequences longest first (a grid of several waves: longest_first)
         seq, seqlen, ours = longest_first(
@@ -133,6 +138,11 @@ def _decode_single_kernel(
         seq = tl.program_id(1).to(tl.int64)
         # loaded before the test below, so that the two loads are in flight together
         seqlen = tl.load(SEQLENS + seq * stride_sl)
+        if EARLY_PAGES:
+            # without a window every program starts at token 0: its first page ids are loaded beside the length,
+            # before any instruction waits for it
+            early_row = BLOCK_TABLE + seq * stride_btb
+            early_pages = first_page_ids(early_row, stride_btp, 0, table_tokens, PAGE_SIZE, BLOCK_N)
         if EVEN_B:
             even, short = even_batch(
                 SEQLENS, stride_sl, tl.num_programs(1), window, EVEN_B, HAS_WINDOW, Q_LEN, LONG_MEAN, EVEN_SPAN
@@ -147,6 +157,7 @@ def _decode_single_kernel(
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
+        0, early_pages, EARLY_PAGES and not LONGEST_B,
     )  # fmt: skip
     if not EVEN_B:
         # the call's last kernel: the next call's first one may start when every program is here, not before (started
@@ -254,6 +265,7 @@ def decode_single(
         LONG_MEAN=long_mean if even_only else 0, EVEN_SPAN=even_span,
         OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache),
+        table_tokens=block_table.shape[1] * page_size, EARLY_PAGES=pages_before_lengths(cfg, features),
         LONGEST_B=next_power_of_2(batch) if ordered else 0,
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
         programs_per_sm=tile_programs_per_sm(cfg, programs, num_sms),

@@ -76,10 +76,12 @@ from .triton_common import (
     dot_in_fp32,
     even_lengths,
     even_test,
+    first_page_ids,
     group_rows,
     launch_config,
     let_next_start,
     next_power_of_2,
+    pages_before_lengths,
     planned_from,
     store_group,
     tile_programs_per_sm,
@@ -757,6 +759,9 @@ def _partial_kernel(
     EQUAL: tl.constexpr = False,
     NARROW: tl.constexpr = False,
     INLINE_EXIT: tl.constexpr = False,
+    table_tokens=0,
+    len_hint=0,
+    EARLY_PAGES: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -786,6 +791,15 @@ def _partial_kernel(
         # the combine may start now (it waits for this grid)
         let_next_start(USE_PDL)
 
+    early_first = 0
+    early_pages = 0
+    if EARLY_PAGES:
+        # fixed mode, no window: where this split starts if its sequence has the plan's length; its first page ids
+        # are loaded from there before the length is (attend_range), so that no instruction waits for the length
+        # before their load has issued
+        early_first, _ = chunk_bounds(0, len_hint, chunk_id % NUM_SPLITS, NUM_SPLITS, 0, BLOCK_N, True)
+        early_row = BLOCK_TABLE + tl.minimum(chunk_id // NUM_SPLITS, batch - 1).to(tl.int64) * stride_btb
+        early_pages = first_page_ids(early_row, stride_btp, early_first, table_tokens, PAGE_SIZE, BLOCK_N)
     if INLINE_PLAN:
         offs_b, mine, seqlens = lengths_tile(SEQLENS, stride_sl, batch, first_seq, BLOCK_B)
         if INLINE_EXIT:
@@ -813,6 +827,7 @@ def _partial_kernel(
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
+        early_first, early_pages, EARLY_PAGES,
     )  # fmt: skip
     if LAST:
         # no combine follows: the next call's first kernel may start when every program is here (as the single pass)
@@ -1497,7 +1512,7 @@ def launch_combine(
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
     config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, counters=None,
-    long_tile=False, table=None,
+    long_tile=False, table=None, len_hint=0,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -1526,6 +1541,10 @@ def decode_splitk(
             at least B * Hkv * head blocks, at most FUSED_MAX_CHUNKS chunks a sequence in the table) the last
             chunk program of each (sequence, KV head, head block) merges and resets its counter, else a combine
             launch merges.
+        len_hint: fixed mode without a window: the length the sequences are expected to have (``plan_decode``'s,
+            when all were equal; 0: none). Each split's first page ids are then loaded from where that length puts
+            the split, beside the length's load instead of after it (``attend_range``'s EARLY_PAGES); a sequence of
+            another length loads them again from its own start. Any lengths give the right output.
     """
     q4, out4 = as_rows(q), as_rows(out)
     batch, q_len, num_q_heads, head_dim = q4.shape
@@ -1648,6 +1667,8 @@ def decode_splitk(
         EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span, OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
         INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first,
+        table_tokens=block_table.shape[1] * page_size, len_hint=len_hint,
+        EARLY_PAGES=pages_before_lengths(cfg, features) and bool(fixed) and len_hint > 0 and not split_tokens,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
