@@ -263,6 +263,35 @@ def test_plan_gives_long_mha_rows_the_deep_tile(lens, device, small_gpu, monkeyp
     assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
 
 
+def test_plan_gives_grouped_rows_one_program_per_sm(device, monkeypatch):
+    """Groups of 6 at head dim 128 in bf16 (the grouped prefetching tile) on 16 SMs: two sequences of 2048 tokens
+    (4 KV-head programs) take 4 fixed splits of GROUPED_LONG_TILE (128 tokens, 3 stages; one program per SM) merged in
+    the last split program, bit-identical to those splits forced and within the float64 reference's tolerance
+    (NaN-filled out and lse). Shorter sequences (below GROUPED_LONG_MIN_TOKENS a split), a grid that would leave SMs
+    idle, or the threshold None keep the 32-token tile's cut."""
+    from flashdecode import launcher
+
+    monkeypatch.setattr(launcher, "ENABLED", False)
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 16)
+    c = case([2048, 2048], 12, 2, 128, 16, torch.bfloat16, device, seed=6)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert (plan.num_splits, plan.long_tile, plan.counters is not None) == (4, True, True), plan.reason
+    tiles = _partial_tiles(monkeypatch)
+    out, lse = _run_checked(c, plan, torch.bfloat16)
+    assert tiles == [(128, 3)]
+    forced = _nan_out(c), torch.full(c.q.shape[:-1], float("nan"), device=device)
+    decode_splitk(*c.args, c.q.shape[-1] ** -0.5, *forced, num_splits=4, num_sms=16,
+                  counters=torch.zeros_like(plan.counters), long_tile=True)  # fmt: skip
+    assert torch.equal(out, forced[0]) and torch.equal(lse, forced[1])
+    short = case([1500, 1500], 12, 2, 128, 16, torch.bfloat16, device, seed=6)
+    assert not plan_decode(short.q, short.k_cache, short.cache_seqlens, short.block_table).long_tile
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 18)  # 4 splits x 4 = 16 programs: 89% of them
+    assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 16)
+    monkeypatch.setattr(plan_module, "GROUPED_LONG_MIN_TOKENS", None)
+    assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
+
+
 @pytest.mark.parametrize("q_len", [1, 2])
 def test_deep_mha_tile_with_features(q_len, device, small_gpu, monkeypatch):
     """The 3-stage MHA tile with softcap, ALiBi, sinks and a window together, one or two query tokens: the plan's

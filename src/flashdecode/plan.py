@@ -73,6 +73,16 @@ FP8_LONG_MIN_TOKENS = 0
 # None: never
 MHA_LONG_MIN_TOKENS = 4096
 MHA_LONG_MIN_FILL = 0.9
+# fixed splits of the grouped prefetching tile (groups of 4-16, head dim 128, 16-bit cache, one query token) instead
+# take triton_splitk.GROUPED_LONG_TILE (128 tokens, 3 stages, one program per SM), in S = #SMs // (B * Hkv * head
+# blocks) splits, when S is 2..FIXED_MERGE_MAX_SPLITS with the merge in the last split program
+# (merge_fixed_in_partial), the grid fills at least GROUPED_LONG_MIN_FILL of the SMs and each split has at least this
+# many tokens. H200 (scripts/fused_fixed_probe.py --tile 128,3 at 3d020a5, graph µs, the plan's fixed splits of the
+# 32-token tile -> 4 of these, 128 programs): 16 x 4096 12/2 22.4 (S 8, combine launch) -> 21.5, 8 x 2048 28/4 13.6
+# (S 8) -> 12.8. With more splits and the combine launch it did not pay: 4 x 16384 12/2 21.8 (S 32) against 22.1 (S 16),
+# 1 x 65536 12/2 22.4 against 23.0, 1 x 2048 28/4 5.6 against 5.9 (1 x 131072 12/2 39.1 against 37.8). None: never
+GROUPED_LONG_MIN_TOKENS = 512
+GROUPED_LONG_MIN_FILL = 0.9
 # an uneven batch (no window) is cut on the host (triton_splitk.host_cut: equal chunks a sequence, any multiple of a
 # tile, dispatched longest first) and its table uploaded with the plan, instead of the device planner's cut (chunks
 # of a power of two tiles, made equal a sequence and ordered longest first on the device since ef2f631, with a
@@ -93,8 +103,9 @@ class DecodePlan:
         counters: None, or for fixed splits merged in the last split program a zeroed int32 tensor of B * q_len * Hq
             elements on the call's device, which the calls leave at zero.
         long_tile: the split-K calls take the long-chunk tile of their tile class
-            (``triton_splitk.decode_splitk(long_tile=True)``): an fp8 cache's 128-token tile (``FP8_LONG_MIN_TOKENS``)
-            or, for long MHA rows' fixed splits, the 3-stage MHA tile (``MHA_LONG_MIN_TOKENS``).
+            (``triton_splitk.decode_splitk(long_tile=True)``): an fp8 cache's 128-token tile (``FP8_LONG_MIN_TOKENS``),
+            for long MHA rows' fixed splits the 3-stage MHA tile (``MHA_LONG_MIN_TOKENS``), for grouped ones of one
+            program per SM the 128-token grouped tile (``GROUPED_LONG_MIN_TOKENS``).
         table: None, or the host-made cut of an uneven batch (HOST_TABLE): int32 [4, chunks + B] on the call's
             device (``triton_splitk.host_table``'s layout), for planned-mode calls of triton_splitk.
         in_order: the single pass keeps the batch order (the plan read even lengths), instead of dispatching the
@@ -280,6 +291,11 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     if tile == "mha" and kv_itemsize == 2 and splitk.MHA_LONG_TILE and _mha_long(chunk, programs, saturation * sms):
         # the same cut and grid, one more stage of loads in flight
         long, reason = True, reason + " of the 3-stage MHA tile"
+    fat = _grouped_long_splits(splitk, cfg, tile, batch, q_len, num_q_heads, num_kv_heads * head_blocks, sms, visible)
+    if fat:
+        # fewer, longer splits, one program per SM with three 128-token tiles of loads in flight
+        k, long = fat, True
+        reason = f"{k} fixed splits of the 128-token tile, one program per SM"
     # one length for all: where each split starts is known before the kernels read it (a window's start is not)
     hint = visible[0] if window is None and len(set(visible)) == 1 else 0
     counters = None
@@ -305,6 +321,21 @@ def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, head_bl
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         reason += ", merged in the last chunk program"
     return DecodePlan("triton_splitk", None, False, reason, shapes, counters, long, table)
+
+
+def _grouped_long_splits(splitk, cfg, tile, batch, q_len, num_q_heads, per_sequence, num_sms, visible) -> int:
+    """The split count of fixed splits of GROUPED_LONG_TILE (one program per SM) for an even batch of the grouped
+    prefetching tile, or 0 where they do not apply (GROUPED_LONG_MIN_TOKENS). per_sequence: Hkv * head blocks."""
+    if GROUPED_LONG_MIN_TOKENS is None or not splitk.GROUPED_LONG_TILE or tile != "grouped":
+        return 0
+    from .triton_common import uses_prefetch_tile
+
+    splits = num_sms // (batch * per_sequence)
+    if splits < 2 or not uses_prefetch_tile(cfg) or splits * batch * per_sequence < GROUPED_LONG_MIN_FILL * num_sms:
+        return 0
+    if min(visible) < GROUPED_LONG_MIN_TOKENS * splits:
+        return 0
+    return splits if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, splits, num_sms) else 0
 
 
 def _mha_long(chunk: int, programs: int, wave: int) -> bool:

@@ -287,10 +287,17 @@ FP8_LONG_ONE_WAVE = 3
 # 1 x 131072 32/8 e4m3 124.6 us with PREFETCH_TILE -> 111.2 (FP8_LONG_TILE 112.6), 1 x 65536 12/2 22.0 -> 21.9
 # (FP8_LONG_TILE 26.0). The cap does not pay at 128 tokens (198 registers: 168 -> 314.7 us on the single pass)
 FP8_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True, maxnreg=128)
-# ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 64-token tiles: occupancy
-# (3 programs per SM at this tile's 160 registers and 70 KB) no longer matters, fewer steps do. H200: 8 x 128 28/4
-# 5.7 -> 5.5 µs, 1 x 128 28/4 4.9 -> 4.6; on the 3-programs-per-SM 64 x 4096 32/8 it took 302 µs instead of 243
-PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
+# ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 128-token tiles at 3
+# stages (192 KB in a 16-bit cache: one program per SM, two tiles of loads in flight behind the one being used):
+# occupancy no longer matters, bytes in flight do. H200 (scripts/single_tile_probe.py at 3d020a5, graph µs, best of
+# two, 64-token tiles at 3 stages -> these): 64 x 1024 12/2 21.5 -> 20.2, 64 x 512 12/2 12.6 -> 11.7, 32 x 1024 28/4
+# 21.3 -> 19.7, 16 x 1024 32/8 21.2 -> 19.5, 16 x 2048 32/8 38.2 -> 34.4, 8 x 128 28/4 4.5 -> 4.1, 1 x 128 28/4 3.9
+# -> 3.5; 64 tokens at 4 or 5 stages, 8 warps, 128 tokens at 2 stages and 32 at 6 were each slower on some of those
+# rows (docs/design.md). (The 64-token tile had beaten the 32-token one there: 8 x 128 28/4 5.7 -> 5.5 µs.) An 8-bit
+# cache and head dim 256 (whose 128-token tile would not fit) keep PREFETCH_ONE_WAVE_TILE_64 (8-bit: not measured
+# with the larger tile)
+PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True)
+PREFETCH_ONE_WAVE_TILE_64 = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
 # With attend_range's 32-bit address arithmetic PREFETCH_TILE takes 86 registers (112 before; sm_90 compile), so
 # PREFETCH_TILE_PER_SM programs fit an SM instead of 4, and the waves of a long single-pass grid changed: 1024
 # programs are 1.55 waves of 5 against 1.94 of 4. A 4th stage (a third K/V buffer, 54 KB) holds 4 per SM again; the

@@ -24,6 +24,7 @@ from .triton_common import (
     PLAIN,
     PREFETCH_DEEP_TILE,
     PREFETCH_ONE_WAVE_TILE,
+    PREFETCH_ONE_WAVE_TILE_64,
     attend_group,
     cache_offsets_fit_int32,
     cdiv,
@@ -184,13 +185,14 @@ def row_strides(t) -> tuple[int, int, int]:
 
 
 def single_config(head_dim, group, dtype, q_len, kv_itemsize, kv_programs, num_sms=None) -> dict:
-    """The single pass's launch config: ``launch_config``'s, with ``PREFETCH_ONE_WAVE_TILE`` for a prefetching grid of
-    at most one program per SM and ``PREFETCH_DEEP_TILE`` for one of more than a wave (``single_pass_long_grid``).
+    """The single pass's launch config: ``launch_config``'s, with ``PREFETCH_ONE_WAVE_TILE`` (``_64`` for an 8-bit
+    cache or head dim 256) for a prefetching grid of at most one program per SM and ``PREFETCH_DEEP_TILE`` for one of more than a wave (``single_pass_long_grid``).
     kv_programs: B * Hkv (times the head blocks here)."""
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, single=True)
     programs = kv_programs * cdiv(q_len * group, cfg["BLOCK_H"])
     if cfg["PREFETCH_PAGES"] and PREFETCH_ONE_WAVE_TILE and num_sms and programs <= num_sms:
-        cfg.update(PREFETCH_ONE_WAVE_TILE)
+        wide = kv_itemsize == 2 and cfg["BLOCK_D"] <= 128
+        cfg.update(PREFETCH_ONE_WAVE_TILE if wide else PREFETCH_ONE_WAVE_TILE_64)
     elif single_pass_long_grid(cfg, programs, num_sms):
         cfg.update(PREFETCH_DEEP_TILE)
     return cfg
