@@ -289,6 +289,7 @@ def test_auto_small_table_takes_capacity_splits(device, monkeypatch):
     fuses the merge or the rule off plan on the device. Through decode_attention, ragged lengths (an empty and a
     one-token sequence among them) in such a table match the reference (NaN-poisoned out and lse)."""
     import flashdecode.api as api
+    from flashdecode import plan as plan_module
     from flashdecode import plan_decode, triton_common
     from flashdecode.triton_splitk import INLINE_PLAN_MAX_BATCH, capacity_splits
 
@@ -306,7 +307,13 @@ def test_auto_small_table_takes_capacity_splits(device, monkeypatch):
     assert choice(8, 128) == ("triton_splitk", 16) == ("triton_splitk", capacity_splits(8, 2048, 128, 7,
                                                                                     torch.bfloat16, 1, 2, 4, 132))
     full = case([2048] * 8, 28, 4, 128, 16, torch.bfloat16, "cpu", seed=3)
+    # ...which plan_decode takes without GROUPED_LONG_TILE's 4 splits of one program per SM (merged with its counters)
+    assert plan_decode(full.q, full.k_cache, full.cache_seqlens, full.block_table).num_splits == 4
+    monkeypatch.setattr(plan_module, "GROUPED_LONG_MIN_TOKENS", None)
     assert plan_decode(full.q, full.k_cache, full.cache_seqlens, full.block_table).num_splits == 16
+    monkeypatch.undo()
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 132)
+    monkeypatch.setattr(triton_common, "interpreting", lambda: True)
     assert choice(8, limit // 16 + 1) == ("triton_splitk", None)
     assert choice(INLINE_PLAN_MAX_BATCH + 1, 128) == ("triton_splitk", None)
     # 16 x 2048 at 32/8: the planned path merges in the last chunk program (merge_in_partial), kept

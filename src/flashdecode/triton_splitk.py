@@ -1431,7 +1431,7 @@ def capacity_splits(
 ) -> int:  # fmt: skip
     """``auto``'s fixed split count for a small table (``api.CAPACITY_SPLITS_MAX_TOKENS``): what ``plan_decode`` gives
     a batch whose every sequence fills the table's max_tokens (``fixed_cut``'s chunk count, then
-    ``fixed_split_count``). Fixed splits deal each sequence's own tiles over them, so shorter sequences get shorter
+    ``fixed_split_count``), short of its GROUPED_LONG_TILE splits (which merge with a plan's counters). Fixed splits deal each sequence's own tiles over them, so shorter sequences get shorter
     splits."""
     shapes = (head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, num_sms)
     cfg, chunk, _, _ = fixed_cut([max_tokens] * batch, max_tokens, *shapes)
