@@ -284,12 +284,36 @@ def test_plan_gives_grouped_rows_one_program_per_sm(device, monkeypatch):
                   counters=torch.zeros_like(plan.counters), long_tile=True)  # fmt: skip
     assert torch.equal(out, forced[0]) and torch.equal(lse, forced[1])
     short = case([1500, 1500], 12, 2, 128, 16, torch.bfloat16, device, seed=6)
-    assert not plan_decode(short.q, short.k_cache, short.cache_seqlens, short.block_table).long_tile
+    assert "128-token" not in plan_decode(short.q, short.k_cache, short.cache_seqlens, short.block_table).reason
     monkeypatch.setattr(api, "_num_sms", lambda dev: 18)  # 4 splits x 4 = 16 programs: 89% of them
-    assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
+    assert "128-token" not in plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).reason
     monkeypatch.setattr(api, "_num_sms", lambda dev: 16)
     monkeypatch.setattr(plan_module, "GROUPED_LONG_MIN_TOKENS", None)
-    assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
+    assert "128-token" not in plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).reason
+
+
+def test_plan_gives_grouped_rows_two_programs_per_sm(device, monkeypatch):
+    """One sequence of 2048 tokens at 12/2 (2 KV-head programs) on 16 SMs: the cut's 16 splits of the 32-token tile
+    become 8 of GROUPED_MID_TILE (64 tokens, 3 stages; about two programs per SM) merged by the combine launch,
+    bit-identical to those splits forced and within the float64 reference's tolerance. Splits of fewer than
+    GROUPED_MID_MIN_TILES tiles, or the rule off, keep the cut."""
+    from flashdecode import launcher
+
+    monkeypatch.setattr(launcher, "ENABLED", False)
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 16)
+    c = case([2048], 12, 2, 128, 16, torch.bfloat16, device, seed=7)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert (plan.num_splits, plan.long_tile, plan.counters) == (8, True, None), plan.reason
+    tiles = _partial_tiles(monkeypatch)
+    out, lse = _run_checked(c, plan, torch.bfloat16)
+    assert tiles == [(64, 3)]
+    forced = _nan_out(c), torch.full(c.q.shape[:-1], float("nan"), device=device)
+    decode_splitk(*c.args, c.q.shape[-1] ** -0.5, *forced, num_splits=8, num_sms=16, long_tile=True)
+    assert torch.equal(out, forced[0]) and torch.equal(lse, forced[1])
+    short = case([1024], 12, 2, 128, 16, torch.bfloat16, device, seed=7)
+    assert not plan_decode(short.q, short.k_cache, short.cache_seqlens, short.block_table).long_tile
+    monkeypatch.setattr(plan_module, "GROUPED_MID_MIN_FILL", None)
+    assert plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).num_splits == 16
 
 
 @pytest.mark.parametrize("q_len", [1, 2])

@@ -308,8 +308,10 @@ def test_auto_small_table_takes_capacity_splits(device, monkeypatch):
                                                                                     torch.bfloat16, 1, 2, 4, 132))
     full = case([2048] * 8, 28, 4, 128, 16, torch.bfloat16, "cpu", seed=3)
     # ...which plan_decode takes without GROUPED_LONG_TILE's 4 splits of one program per SM (merged with its counters)
+    # or GROUPED_MID_TILE's halved splits
     assert plan_decode(full.q, full.k_cache, full.cache_seqlens, full.block_table).num_splits == 4
     monkeypatch.setattr(plan_module, "GROUPED_LONG_MIN_TOKENS", None)
+    monkeypatch.setattr(plan_module, "GROUPED_MID_MIN_FILL", None)
     assert plan_decode(full.q, full.k_cache, full.cache_seqlens, full.block_table).num_splits == 16
     monkeypatch.undo()
     monkeypatch.setattr(api, "_num_sms", lambda dev: 132)

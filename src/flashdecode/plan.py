@@ -83,6 +83,15 @@ MHA_LONG_MIN_FILL = 0.9
 # 1 x 65536 12/2 22.4 against 23.0, 1 x 2048 28/4 5.6 against 5.9 (1 x 131072 12/2 39.1 against 37.8). None: never
 GROUPED_LONG_MIN_TOKENS = 512
 GROUPED_LONG_MIN_FILL = 0.9
+# ...and fixed splits of that tile merged by the combine launch: half as many splits (about 2 programs per SM instead of
+# the cut's 4) of triton_splitk.GROUPED_MID_TILE (64 tokens, 3 stages, two programs per SM), where the halved grid
+# still fills at least this share of the SMs and its splits hold GROUPED_MID_MIN_TILES of its tiles. H200
+# (scripts/fused_fixed_probe.py --tile 64,3 at 7c4a88f, graph µs, the plan's S of the 32-token tile -> S / 2 of these):
+# 4 x 16384 12/2 23.2 -> 21.8, 1 x 65536 12/2 22.9 -> 22.3, 1 x 131072 12/2 38.6 -> 38.2, 2 x 4096 12/2 8.1 -> 7.2,
+# 8 x 4096 12/2 13.7 -> 13.6, 2 x 2048 28/4 7.2 -> 7.3. Splits of one tile went both ways (1 x 2048 28/4 6.3 -> 5.8,
+# 1 x 4096 12/2 6.1 -> 6.7: 128 programs each), hence two. None: never
+GROUPED_MID_MIN_FILL = 0.9
+GROUPED_MID_MIN_TILES = 2
 # an uneven batch (no window) is cut on the host (triton_splitk.host_cut: equal chunks a sequence, any multiple of a
 # tile, dispatched longest first) and its table uploaded with the plan, instead of the device planner's cut (chunks
 # of a power of two tiles, made equal a sequence and ordered longest first on the device since ef2f631, with a
@@ -104,8 +113,9 @@ class DecodePlan:
             elements on the call's device, which the calls leave at zero.
         long_tile: the split-K calls take the long-chunk tile of their tile class
             (``triton_splitk.decode_splitk(long_tile=True)``): an fp8 cache's 128-token tile (``FP8_LONG_MIN_TOKENS``),
-            for long MHA rows' fixed splits the 3-stage MHA tile (``MHA_LONG_MIN_TOKENS``), for grouped ones of one
-            program per SM the 128-token grouped tile (``GROUPED_LONG_MIN_TOKENS``).
+            for long MHA rows' fixed splits the 3-stage MHA tile (``MHA_LONG_MIN_TOKENS``), for grouped ones the
+            128-token tile at one program per SM (merged in the last split, ``GROUPED_LONG_MIN_TOKENS``) or the 64-token
+            one at two (``GROUPED_MID_MIN_FILL``).
         table: None, or the host-made cut of an uneven batch (HOST_TABLE): int32 [4, chunks + B] on the call's
             device (``triton_splitk.host_table``'s layout), for planned-mode calls of triton_splitk.
         in_order: the single pass keeps the batch order (the plan read even lengths), instead of dispatching the
@@ -296,6 +306,10 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         # fewer, longer splits, one program per SM with three 128-token tiles of loads in flight
         k, long = fat, True
         reason = f"{k} fixed splits of the 128-token tile, one program per SM"
+    elif _grouped_mid(splitk, cfg, tile, k, batch, q_len, num_q_heads, num_kv_heads * head_blocks, sms, visible):
+        # half as many splits, two programs per SM with 64-token tiles
+        k, long = k // 2, True
+        reason = f"{k} fixed splits of the 64-token tile, about two programs per SM"
     # one length for all: where each split starts is known before the kernels read it (a window's start is not)
     hint = visible[0] if window is None and len(set(visible)) == 1 else 0
     counters = None
@@ -336,6 +350,22 @@ def _grouped_long_splits(splitk, cfg, tile, batch, q_len, num_q_heads, per_seque
     if min(visible) < GROUPED_LONG_MIN_TOKENS * splits:
         return 0
     return splits if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, splits, num_sms) else 0
+
+
+def _grouped_mid(splitk, cfg, tile, splits, batch, q_len, num_q_heads, per_sequence, num_sms, visible) -> bool:
+    """Whether fixed splits of the grouped prefetching tile take half as many splits of GROUPED_MID_TILE: a grid that
+    still fills GROUPED_MID_MIN_FILL of the SMs, splits of at least GROUPED_MID_MIN_TILES of its tiles, and a combine
+    launch to merge them (no merge in the last split program)."""
+    from .triton_common import uses_prefetch_tile
+
+    if GROUPED_MID_MIN_FILL is None or not splitk.GROUPED_LONG_TILE or tile != "grouped" or not uses_prefetch_tile(cfg):
+        return False
+    half = splits // 2
+    if half < 2 or half * batch * per_sequence < GROUPED_MID_MIN_FILL * num_sms:
+        return False
+    if min(visible) < GROUPED_MID_MIN_TILES * splitk.GROUPED_MID_TILE["BLOCK_N"] * half:
+        return False
+    return not splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, half, num_sms)
 
 
 def _mha_long(chunk: int, programs: int, wave: int) -> bool:

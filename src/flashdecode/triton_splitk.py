@@ -122,8 +122,10 @@ SATURATION_PER_SM = 4
 #   19.1; the fused merge's rows (fp8_plan_probe at 26cef0b, auto, targets 2 / 4): 64 x 1024 12/2 18.0 / 23.1,
 #   ragged 1 x 131072 + 63 x 1024 32/8 135.9 / 140.3
 # "mha_long": MHA_LONG_TILE, 3 programs per SM as "mha" (the cut is the "mha" tile's)
-# "grouped_long": GROUPED_LONG_TILE, one program per SM (its shared memory allows no more)
-PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2, fp8_long=2, mha_long=3, grouped_long=1)
+# "grouped_long", "grouped_mid": GROUPED_LONG_TILE, GROUPED_MID_TILE, one and two programs per SM (their shared memory
+# allows no more)
+PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2, fp8_long=2, mha_long=3, grouped_long=1,
+                          grouped_mid=2)
 # ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read).
 # H200, perf_probe overhead at 44b5525 (auto, graph µs, 32 -> 64 / 128 / 256): 112 x 512 12/2 28.1 -> 24.2 (two
 # 256-token chunks a sequence instead of four of 128), every other planned row of the probe (the anchor grid's, the
@@ -182,8 +184,10 @@ MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
 # ...and the grouped prefetching tile (PREFETCH_TILE: 32 tokens, 3 stages, 4-5 programs per SM) 128 tokens at 3 stages
 # (192 KB: one program per SM, as the single pass's PREFETCH_ONE_WAVE_TILE), for plan_decode's fixed splits of one
 # program per SM merged in the last split program (tile class "grouped_long"; the rule and what it bought:
-# plan.GROUPED_LONG_MIN_TOKENS). None: off
+# plan.GROUPED_LONG_MIN_TOKENS); and 64 tokens at 3 stages (96 KB: two programs per SM) for its fixed splits of about
+# two programs per SM merged by the combine launch ("grouped_mid", plan.GROUPED_MID_MIN_FILL). None: off
 GROUPED_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
+GROUPED_MID_TILE = dict(BLOCK_N=64, num_stages=3)
 # planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
 # program to finish (merge_if_last); the combine is launched only when the table could hold a longer one, and merges
 # only those. Fewer (sequence, row) pairs keep the separate, wide combine. H200 (probe dbeb3c5, serial merge):
@@ -1277,18 +1281,19 @@ _NO_COMBINE_PLAN = dict(
 
 def split_config(
     head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int, fused: bool,
-    long_tile: bool = False,
+    long_tile: bool = False, merged_fixed: bool = False,
 ) -> tuple[dict, int, str]:  # fmt: skip
     """(partial kernel launch config, programs per SM the planner aims at, tile class) for one call's shapes.
 
     The config is ``launch_config``'s, with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize
     bytes) is a power of two. ``long_tile`` (from ``plan_decode``, which reads the lengths) asks for the long-chunk
     tile of the shapes' class: an fp8 cache's ``FP8_LONG_TILE`` (which the fused merge takes anyway), the "mha"
-    tile's ``MHA_LONG_TILE`` or the grouped prefetching tile's ``GROUPED_LONG_TILE``; other classes have none. The planned launch caps the partial kernel at the planner's
+    tile's ``MHA_LONG_TILE`` or the grouped prefetching tile's ``GROUPED_LONG_TILE`` for fixed splits merged in the
+    last split program (merged_fixed), ``GROUPED_MID_TILE`` for others; other classes have none. The planned launch caps the partial kernel at the planner's
     programs per SM (``launcher.cap_programs_per_sm``), whatever its registers allow. The planner's target comes
     from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "fp8_long" (``FP8_LONG_TILE``), "grouped"
     (q_len x group >= 4), "small_group" (the split tile above), "mha" (the 128-token tile of the other small groups),
-    "mha_long" (``MHA_LONG_TILE``) or "grouped_long" (``GROUPED_LONG_TILE``)."""
+    "mha_long" (``MHA_LONG_TILE``), "grouped_long" or "grouped_mid"."""
     long_fp8 = (fused or long_tile) and kv_itemsize == 1
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not long_fp8)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
@@ -1304,8 +1309,8 @@ def split_config(
         cfg.update(MHA_LONG_TILE)
         tile = "mha_long"
     elif long_tile and tile == "grouped" and GROUPED_LONG_TILE and uses_prefetch_tile(cfg):
-        cfg.update(GROUPED_LONG_TILE)
-        tile = "grouped_long"
+        cfg.update(GROUPED_LONG_TILE if merged_fixed else GROUPED_MID_TILE)
+        tile = "grouped_long" if merged_fixed else "grouped_mid"
     return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile
 
 
@@ -1544,7 +1549,8 @@ def decode_splitk(
         long_tile: the partial kernel takes the long-chunk tile of the shapes' class (``split_config``): an fp8
             cache's ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of ``FP8_SPLIT_TILE``, the MHA tile's
             ``MHA_LONG_TILE`` (3 stages), the grouped prefetching tile's ``GROUPED_LONG_TILE`` (128 tokens, one
-            program per SM); ``plan_decode`` asks for it, from the lengths. Any lengths give the right
+            program per SM) with counters, ``GROUPED_MID_TILE`` (64 tokens, two) without; ``plan_decode`` asks for it,
+            from the lengths. Any lengths give the right
             output either way.
         table: planned mode with a cut made on the host (``plan_decode``: ``host_cut`` / ``host_table``), an int32
             [4, chunks + B] tensor on q's device, instead of the planner launch; no window. With counters (zeroed,
@@ -1588,8 +1594,10 @@ def decode_splitk(
     else:
         fused = num_splits is None and not split_tokens
         fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
+    merged_fixed = bool(num_splits and 1 < num_splits <= FUSED_MAX_CHUNKS) and counters is not None
     cfg, saturation, tile = split_config(
-        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile
+        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile,
+        merged_fixed and not split_tokens,
     )  # fmt: skip
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
