@@ -772,7 +772,6 @@ def _partial_kernel(
     table_tokens=0,
     len_hint=0,
     EARLY_PAGES: tl.constexpr = False,
-    SPIN_ARRIVE: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -798,7 +797,7 @@ def _partial_kernel(
     # planned mode: launched while the planner (or the counters' zeroing kernel) runs; fixed mode or in place
     # without the fused merge: the call's first kernel
     wait_for_previous(USE_PDL)
-    if not (LAST or SPIN_ARRIVE):
+    if not LAST:
         # the combine may start now (it waits for this grid)
         let_next_start(USE_PDL)
 
@@ -840,20 +839,14 @@ def _partial_kernel(
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
         early_first, early_pages, EARLY_PAGES,
     )  # fmt: skip
-    if LAST or SPIN_ARRIVE:
-        # no combine follows: the next call's first kernel may start when every program is here (as the single pass);
-        # or a combine that spins on the arrivals below: its programs start when every program is here
+    if LAST:
+        # no combine follows: the next call's first kernel may start when every program is here (as the single pass)
         let_next_start(USE_PDL)
     store_chunk(
         O_PART, LSE_PART, OUT, LSE, SINKS, chunk_id, seq, kv_head, head_block, out, lse, single,
         stride_ob, stride_ot, stride_oh, num_q_heads,
         GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
-    if SPIN_ARRIVE:
-        # fixed mode, one head block: every thread's partial stores, then one release increment of the (sequence, KV
-        # head)'s arrivals, which the combine's programs spin on (_combine_kernel's SPIN)
-        tl.debug_barrier()
-        tl.atomic_add(COUNTERS + seq * num_head_ids + head_id, 1, sem="release", scope="gpu")
     if FUSED_MAX > 0 and not single:
         # the sequence's chunk ids: fixed mode's are sequence-major; the in-place cut gave them above
         if NUM_SPLITS > 0:
@@ -914,8 +907,6 @@ def _combine_kernel(
     LONG_ONLY: tl.constexpr = 0,
     NARROW: tl.constexpr = False,
     SMALL_S: tl.constexpr = 0,
-    COUNTERS=None,
-    SPIN: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -958,16 +949,7 @@ def _combine_kernel(
             if count <= MERGED_MAX:
                 # written by its partial program
                 return
-    if SPIN:
-        # fixed mode, one head block: launched once every partial program has started (PDL), this program waits for
-        # its (sequence, KV head)'s NUM_SPLITS arrivals instead of for the partial grid's end; the acquire makes
-        # their partials visible
-        slot = seq * num_kv_heads + head // (num_q_heads // num_kv_heads)
-        arrived = tl.atomic_add(COUNTERS + slot, 0, sem="acquire", scope="gpu")
-        while arrived < NUM_SPLITS:
-            arrived = tl.atomic_add(COUNTERS + slot, 0, sem="acquire", scope="gpu")
-    else:
-        wait_for_previous(USE_PDL)
+    wait_for_previous(USE_PDL)
     if NUM_SPLITS > 0:
         first = seq * NUM_SPLITS
         count = NUM_SPLITS
@@ -1022,14 +1004,6 @@ def _combine_kernel(
     if WRITE_LSE and d0 == 0:
         lse = tl.where(empty, float("-inf"), m_i + tl.log(tl.where(empty, 1.0, l_i)))
         tl.store(LSE + seq * num_rows + row, lse)
-    if SPIN:
-        # the last of the slot's readers (its rows' programs) zeroes its arrivals and readers for the next call, whose
-        # partial programs start after this grid has ended
-        readers = num_rows // num_kv_heads * tl.num_programs(2)
-        done = tl.atomic_add(COUNTERS + batch * num_kv_heads + slot, 1, sem="acq_rel", scope="gpu")
-        if done == readers - 1:
-            tl.store(COUNTERS + slot, 0)
-            tl.store(COUNTERS + batch * num_kv_heads + slot, 0)
 
 
 @triton.jit
@@ -1503,7 +1477,7 @@ def narrow_cut(batch: int, max_tokens: int, num_kv_heads: int) -> bool:
 
 def launch_combine(
     o_part, lse_part, out, lse, plan, max_chunks, num_splits, sinks=None, deterministic=False, pdl=False,
-    num_sms=None, merged_max=1, inline=None, even=None, long_only=False, spin=None, num_kv_heads=1,
+    num_sms=None, merged_max=1, inline=None, even=None, long_only=False,
 ):  # fmt: skip
     """Run _combine_kernel over the partials o_part [chunks, q_len * Hq, BLOCK_D] and lse_part [chunks, q_len * Hq]
     (fp32) into out [B, Hq, D] or [B, q_len, Hq, D] and lse (None or contiguous, fp32). num_splits: 0 for the
@@ -1521,9 +1495,7 @@ def launch_combine(
     batch). long_only (planned mode with the fused merge, merged_max > 1): one program per row for each of the at
     most max_chunks // (merged_max + 1) sequences that can have more than merged_max chunks, the k-th program
     finding the k-th such sequence in the plan's counts or its in-place cut, instead of one per sequence
-    (``COMBINE_LONG_ONLY``). spin (fixed mode, one head block): the counters the partial programs count their
-    arrivals in ([2 * B * Hkv] int32, zero): each program waits for its (sequence, KV head)'s NUM_SPLITS arrivals
-    instead of the partial grid's end, and the last reader zeroes them again."""
+    (``COMBINE_LONG_ONLY``)."""
     out4 = out[:, None] if out.dim() == 3 else out
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
@@ -1545,9 +1517,7 @@ def launch_combine(
         NUM_SPLITS=fixed, HEAD_DIM=head_dim,
         BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
         BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
-        USE_PDL=pdl, MERGED_MAX=merged_max,
-        **{**(inline or _NO_COMBINE_PLAN), **(even or {}),
-           **({"COUNTERS": spin, "SPIN": True, "num_kv_heads": num_kv_heads} if spin is not None else {})},
+        USE_PDL=pdl, MERGED_MAX=merged_max, **{**(inline or _NO_COMBINE_PLAN), **(even or {})},
         LONG_ONLY=next_power_of_2(batch) if long_only else 0, SMALL_S=small_s,
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
@@ -1556,7 +1526,7 @@ def launch_combine(
 def decode_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, num_splits=None, num_sms=None,
     config=None, return_partials=False, features=None, split_tokens=None, dual_path=False, counters=None,
-    long_tile=False, table=None, len_hint=0, spin=False,
+    long_tile=False, table=None, len_hint=0,
 ):  # fmt: skip
     """Launch the partial and combine kernels.
 
@@ -1656,12 +1626,8 @@ def decode_splitk(
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
     combine = not fused or (not host and cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS)
-    spin = spin and fixed > 1 and counters is not None and head_blocks == 1 and not split_tokens
     fused_fixed = bool(fixed) and counters is not None and 1 < fixed <= FUSED_MAX_CHUNKS and not split_tokens
-    fused_fixed = fused_fixed and not spin
-    if spin:
-        assert counters.dtype == torch.int32 and counters.numel() >= 2 * batch * num_kv_heads, "spin counters"
-    elif fused_fixed or (host and fused):
+    if fused_fixed or (host and fused):
         assert counters.dtype == torch.int32 and counters.numel() >= batch * num_kv_heads * head_blocks, "counters"
         combine = False
     else:
@@ -1721,7 +1687,6 @@ def decode_splitk(
         INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first,
         table_tokens=block_table.shape[1] * page_size, len_hint=len_hint,
         EARLY_PAGES=pages_before_lengths(cfg, features) and bool(fixed) and len_hint > 0 and not split_tokens,
-        SPIN_ARRIVE=spin,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
@@ -1737,7 +1702,7 @@ def decode_splitk(
             o_part, lse_part, out4, lse, plan, chunks, fixed, sinks=features.sinks, deterministic=bool(split_tokens),
             pdl=pdl, num_sms=num_sms, merged_max=FUSED_MAX_CHUNKS if fused else 1, inline=combine_plan,
             even=dict(lengths, EVEN_B=even_b, LONG_MEAN=long_mean, EVEN_SPAN=span) if dual_path else None,
-            long_only=COMBINE_LONG_ONLY and fused, spin=counters if spin else None, num_kv_heads=num_kv_heads,
+            long_only=COMBINE_LONG_ONLY and fused,
         )  # fmt: skip
     if return_partials:
         return out, lse, o_part, lse_part
