@@ -186,7 +186,8 @@ def row_strides(t) -> tuple[int, int, int]:
 
 def single_config(head_dim, group, dtype, q_len, kv_itemsize, kv_programs, num_sms=None) -> dict:
     """The single pass's launch config: ``launch_config``'s, with ``PREFETCH_ONE_WAVE_TILE`` (``_64`` for an 8-bit
-    cache or head dim 256) for a prefetching grid of at most one program per SM and ``PREFETCH_DEEP_TILE`` for one of more than a wave (``single_pass_long_grid``).
+    cache or head dim 256) for a prefetching grid of at most one program per SM and ``PREFETCH_DEEP_TILE`` for one
+    of more than a wave (``single_pass_long_grid``).
     kv_programs: B * Hkv (times the head blocks here)."""
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, single=True)
     programs = kv_programs * cdiv(q_len * group, cfg["BLOCK_H"])

@@ -1285,15 +1285,15 @@ def split_config(
 ) -> tuple[dict, int, str]:  # fmt: skip
     """(partial kernel launch config, programs per SM the planner aims at, tile class) for one call's shapes.
 
-    The config is ``launch_config``'s, with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D * itemsize
-    bytes) is a power of two. ``long_tile`` (from ``plan_decode``, which reads the lengths) asks for the long-chunk
-    tile of the shapes' class: an fp8 cache's ``FP8_LONG_TILE`` (which the fused merge takes anyway), the "mha"
-    tile's ``MHA_LONG_TILE`` or the grouped prefetching tile's ``GROUPED_LONG_TILE`` for fixed splits merged in the
-    last split program (merged_fixed), ``GROUPED_MID_TILE`` for others; other classes have none. The planned launch caps the partial kernel at the planner's
-    programs per SM (``launcher.cap_programs_per_sm``), whatever its registers allow. The planner's target comes
-    from PLANNER_SATURATION by tile class: "deep" (head dims above 128), "fp8_long" (``FP8_LONG_TILE``), "grouped"
-    (q_len x group >= 4), "small_group" (the split tile above), "mha" (the 128-token tile of the other small groups),
-    "mha_long" (``MHA_LONG_TILE``), "grouped_long" or "grouped_mid"."""
+    The config is ``launch_config``'s, with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D *
+    itemsize bytes) is a power of two. ``long_tile`` (from ``plan_decode``, which reads the lengths) asks for the
+    long-chunk tile of the shapes' class: an fp8 cache's ``FP8_LONG_TILE`` (which the fused merge takes anyway), the
+    "mha" tile's ``MHA_LONG_TILE`` or the grouped prefetching tile's ``GROUPED_LONG_TILE`` for fixed splits merged
+    in the last split program (merged_fixed), ``GROUPED_MID_TILE`` for others; other classes have none. The planned
+    launch caps the partial kernel at the planner's programs per SM (``launcher.cap_programs_per_sm``), whatever its
+    registers allow. The planner's target comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128),
+    "fp8_long" (``FP8_LONG_TILE``), "grouped" (q_len x group >= 4), "small_group" (the split tile above), "mha" (the
+    128-token tile of the other small groups), "mha_long" (``MHA_LONG_TILE``), "grouped_long" or "grouped_mid"."""
     long_fp8 = (fused or long_tile) and kv_itemsize == 1
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not long_fp8)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
@@ -1434,10 +1434,10 @@ def capacity_splits(
     batch: int, max_tokens: int, head_dim: int, group: int, dtype, q_len: int, kv_itemsize: int, num_kv_heads: int,
     num_sms: int,
 ) -> int:  # fmt: skip
-    """``auto``'s fixed split count for a small table (``api.CAPACITY_SPLITS_MAX_TOKENS``): what ``plan_decode`` gives
-    a batch whose every sequence fills the table's max_tokens (``fixed_cut``'s chunk count, then
-    ``fixed_split_count``), short of its GROUPED_LONG_TILE splits (which merge with a plan's counters). Fixed splits deal each sequence's own tiles over them, so shorter sequences get shorter
-    splits."""
+    """``auto``'s fixed split count for a small table (``api.CAPACITY_SPLITS_MAX_TOKENS``): what ``plan_decode``
+    gives a batch whose every sequence fills the table's max_tokens (``fixed_cut``'s chunk count, then
+    ``fixed_split_count``), short of its GROUPED_LONG_TILE splits (which merge with a plan's counters). Fixed splits
+    deal each sequence's own tiles over them, so shorter sequences get shorter splits."""
     shapes = (head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, num_sms)
     cfg, chunk, _, _ = fixed_cut([max_tokens] * batch, max_tokens, *shapes)
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
