@@ -147,9 +147,9 @@ def _tail_case(lens, seed, device, monkeypatch):
     # LSEs then differ in their last bits, which tells which path wrote
     split_config = triton_splitk.split_config
 
-    def fused_64(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, fused, long_tile=False):
+    def fused_64(head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, fused, *args, **kwargs):
         cfg, saturation, tile = split_config(
-            head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, fused, long_tile
+            head_dim, group, dtype, q_len, kv_itemsize, num_kv_heads, fused, *args, **kwargs
         )  # fmt: skip
         return ({**cfg, "BLOCK_N": 64, "PREFETCH_PAGES": False} if fused else cfg), saturation, tile
 
