@@ -9,7 +9,8 @@ anchor row against an ideal kernel's time (the row's bytes at a read ceiling plu
         [--floor GBPS,US]
 
 ``--ours`` reports another of our backends in place of ``auto`` (``auto_plan``: planned once per case on the host,
-as FlashInfer is); the "before" column stays the old run's ``auto``.
+as FlashInfer is); the "before" column is the old run's same backend (it was the old ``auto`` until 69cd4c9: the
+reports of anchor-1ab8212 and earlier show that).
 """
 
 import json
@@ -78,7 +79,7 @@ def main():
     old = {}
     if len(args) > 1:
         old_meta, old_results = load(args[1])
-        old = {r["row"]: r["graph_us"] for r in old_results if r["backend"] == "auto" and r.get("graph_us")}
+        old = {r["row"]: r["graph_us"] for r in old_results if r["backend"] == OURS and r.get("graph_us")}
     rows = {}
     for r in results:
         entry = rows.setdefault(r["row"], {"kv_mb": r["kv_bytes"] / 1e6})
@@ -171,7 +172,7 @@ def floor_table(results, ceiling_gbps, fixed_us):
 
 def eager_table(results, old_results, before):
     """Eager µs (``do_bench``, no CUDA graph) of auto before / after and of FlashInfer's faster path, same run."""
-    old = {r["row"]: r["eager_us"] for r in old_results if r["backend"] == "auto" and r.get("eager_us")}
+    old = {r["row"]: r["eager_us"] for r in old_results if r["backend"] == OURS and r.get("eager_us")}
     rows = {}
     for r in results:
         if r.get("eager_us") and r["status"] == "ok":
