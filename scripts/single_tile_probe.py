@@ -13,10 +13,8 @@ import os
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
-from flashdecode.cases import random_paged_case
+from flashdecode.bench import Row, probe_case
 from flashdecode.check import max_err
-from flashdecode.reference import reference_dense
 from flashdecode.triton_single import decode_single
 
 # 128 programs (0.97 a SM) and a few smaller or larger grids of the grouped prefetching tile
@@ -29,13 +27,9 @@ TILES = [(64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 8, 4), (128, 4, 2), (128, 4, 3
 def main():
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "single_tile.jsonl"), "w")
-    l2 = _l2_bytes("cuda")
     table = []
     for row in ROWS:
-        c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
-                              spare_pages=0)  # fmt: skip
-        ref, _ = reference_dense(*c.args, device="cuda")
-        copies = rotation_copies(c, l2)
+        c, ref, copies = probe_case(row.seqlens, row.num_q_heads, row.num_kv_heads)
         out = torch.empty_like(c.q)
         res = {}
         for (bn, warps, stages), again in itertools.product(TILES, (0, 1)):
