@@ -337,15 +337,21 @@ def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, head_bl
     return DecodePlan("triton_splitk", None, False, reason, shapes, counters, long, table)
 
 
+def _grouped_prefetch(splitk, cfg, tile) -> bool:
+    """Whether a fixed-split cut is of the grouped prefetching tile (PREFETCH_TILE), which GROUPED_LONG_TILE and
+    GROUPED_MID_TILE replace (off with triton_splitk.GROUPED_LONG_TILE None)."""
+    from .triton_common import uses_prefetch_tile
+
+    return bool(splitk.GROUPED_LONG_TILE) and tile == "grouped" and uses_prefetch_tile(cfg)
+
+
 def _grouped_long_splits(splitk, cfg, tile, batch, q_len, num_q_heads, per_sequence, num_sms, visible) -> int:
     """The split count of fixed splits of GROUPED_LONG_TILE (one program per SM) for an even batch of the grouped
     prefetching tile, or 0 where they do not apply (GROUPED_LONG_MIN_TOKENS). per_sequence: Hkv * head blocks."""
-    if GROUPED_LONG_MIN_TOKENS is None or not splitk.GROUPED_LONG_TILE or tile != "grouped":
+    if GROUPED_LONG_MIN_TOKENS is None or not _grouped_prefetch(splitk, cfg, tile):
         return 0
-    from .triton_common import uses_prefetch_tile
-
     splits = num_sms // (batch * per_sequence)
-    if splits < 2 or not uses_prefetch_tile(cfg) or splits * batch * per_sequence < GROUPED_LONG_MIN_FILL * num_sms:
+    if splits < 2 or splits * batch * per_sequence < GROUPED_LONG_MIN_FILL * num_sms:
         return 0
     if min(visible) < GROUPED_LONG_MIN_TOKENS * splits:
         return 0
@@ -356,9 +362,7 @@ def _grouped_mid(splitk, cfg, tile, splits, batch, q_len, num_q_heads, per_seque
     """Whether fixed splits of the grouped prefetching tile take half as many splits of GROUPED_MID_TILE: a grid that
     still fills GROUPED_MID_MIN_FILL of the SMs, splits of at least GROUPED_MID_MIN_TILES of its tiles, and a combine
     launch to merge them (no merge in the last split program)."""
-    from .triton_common import uses_prefetch_tile
-
-    if GROUPED_MID_MIN_FILL is None or not splitk.GROUPED_LONG_TILE or tile != "grouped" or not uses_prefetch_tile(cfg):
+    if GROUPED_MID_MIN_FILL is None or not _grouped_prefetch(splitk, cfg, tile):
         return False
     half = splits // 2
     if half < 2 or half * batch * per_sequence < GROUPED_MID_MIN_FILL * num_sms:

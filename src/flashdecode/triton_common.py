@@ -644,13 +644,9 @@ def attend_range(
     if PREFETCH_PAGES and EARLY_PAGES:
         next_pages = early_pages
         if first != early_first:
-            offs_next = first + tl.arange(0, BLOCK_N)
-            next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
-                                 mask=offs_next < end, other=0)  # fmt: skip
+            next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
     elif PREFETCH_PAGES:
-        offs_next = first + tl.arange(0, BLOCK_N)
-        next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs_next < end,
-                             other=0)  # fmt: skip
+        next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
     for tile_start in range(first, end, BLOCK_N):
         if V_T == 1:
             tile_start = tl.multiple_of(tile_start, RUN_C(PAGE_SIZE, BLOCK_N))
@@ -749,13 +745,13 @@ def attend_range(
 
 
 @triton.jit
-def first_page_ids(BLOCK_ROW, stride_btp, first, table_tokens, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """[BLOCK_N] page ids of tokens [first, first + BLOCK_N) of a block-table row, masked by the row's width
-    (table_tokens: its columns * PAGE_SIZE) alone, so that a kernel can issue the load before it has its sequence's
-    length (attend_range's EARLY_PAGES). Entries past the sequence are read then, but never dereferenced: the K/V
-    loads mask by the length."""
+def first_page_ids(BLOCK_ROW, stride_btp, first, limit, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
+    """[BLOCK_N] page ids of tokens [first, first + BLOCK_N) of a block-table row, those at or past token `limit` 0:
+    the first tile of a walk with the page-id prefetch (attend_range). With limit the row's width (its columns *
+    PAGE_SIZE) a kernel can issue the load before it has its sequence's length (EARLY_PAGES); entries past the
+    sequence are read then, but never dereferenced: the K/V loads mask by the length."""
     offs = first + tl.arange(0, BLOCK_N)
-    return tl.load(BLOCK_ROW + (offs.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs < table_tokens, other=0)
+    return tl.load(BLOCK_ROW + (offs.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs < limit, other=0)
 
 
 @triton.jit

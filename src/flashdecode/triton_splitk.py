@@ -1594,10 +1594,10 @@ def decode_splitk(
     else:
         fused = num_splits is None and not split_tokens
         fused = fused and merge_in_partial(batch, q_len, num_q_heads, num_kv_heads, num_sms)
-    merged_fixed = bool(num_splits and 1 < num_splits <= FUSED_MAX_CHUNKS) and counters is not None
+    # fixed splits merged in the last split program, with the plan's counters
+    fused_fixed = bool(num_splits and 1 < num_splits <= FUSED_MAX_CHUNKS) and counters is not None and not split_tokens
     cfg, saturation, tile = split_config(
-        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile,
-        merged_fixed and not split_tokens,
+        head_dim, group, q.dtype, q_len, k_cache.element_size(), num_kv_heads, fused, long_tile, fused_fixed
     )  # fmt: skip
     cfg.update(config or {})
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
@@ -1626,7 +1626,6 @@ def decode_splitk(
     # with the fused merge the combine still runs (for sequences of more than FUSED_MAX_CHUNKS chunks) unless the
     # table cannot hold one
     combine = not fused or (not host and cdiv(max_tokens, cfg["BLOCK_N"]) > FUSED_MAX_CHUNKS)
-    fused_fixed = bool(fixed) and counters is not None and 1 < fixed <= FUSED_MAX_CHUNKS and not split_tokens
     if fused_fixed or (host and fused):
         assert counters.dtype == torch.int32 and counters.numel() >= batch * num_kv_heads * head_blocks, "counters"
         combine = False
