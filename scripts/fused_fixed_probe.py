@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--plan-only", action="store_true", help="time the plan's S only (no half and double)")
     ap.add_argument("--tile-both", action="store_true", help="time each --tile both merged ways, not as the plan would")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
+    ap.add_argument("--combine-wide", action="append", default=[],
+                    help="BLOCK_S,D_BLOCKS: also time each combine-launched S with this COMBINE_WIDE shape")
     args = ap.parse_args()
     keep = [r for r in args.rows.split(",") if r]
     sms = _num_sms(torch.device("cuda"))
@@ -77,6 +79,9 @@ def main():
             splits = splits or [s for s in around if 1 < s]
             variants = [(f"fixed S={s}", s, None, None) for s in splits]
             variants += [(f"fused S={s}", s, counters, None) for s in splits if s <= 2 * FIXED_MERGE_MAX_SPLITS]
+            for wide in args.combine_wide:
+                block_s, d_blocks = map(int, wide.split(","))
+                variants += [(f"W{block_s}x{d_blocks} S={s}", s, None, ("wide", (block_s, d_blocks))) for s in splits]
             for tile in args.tile:
                 block_n, stages, *warps = map(int, tile.split(","))
                 config = dict(BLOCK_N=block_n, num_stages=stages, **({"num_warps": warps[0]} if warps else {}))
@@ -96,6 +101,9 @@ def main():
                 c = c or next(cycle)
                 if s == 1:
                     return decode_attention(*c.args, backend="triton", out=out)
+                if config is not None and config[0] == "wide":
+                    with patch.object(triton_splitk, "COMBINE_WIDE", config[1]):
+                        return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr)[0]
                 return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr, config=config)[0]
 
             first = max_err(fn(case), ref)
