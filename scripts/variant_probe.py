@@ -4,7 +4,7 @@ float64 reference before it is timed (CUDA-graph median, caches rotated out of L
 a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
-                                     inlinefused]
+                                     inlinefused | combinewarps]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -25,6 +25,9 @@ kernel wait for that kernel only before its merge: slower on 13 of 15 rows, not 
 17-64 sequences (``INLINE_FUSED_MAX_BATCH`` 16, 32 or 64). inlinelong: the inlinefused rows with the combine after an
 in-place plan run for every sequence (all) or for those that can have more than FUSED_MAX_CHUNKS chunks
 (``COMBINE_LONG_ONLY``; at 337168d a knob of its own for the in-place plans).
+
+combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide shape, merged by four warps or, for
+tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside.
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
@@ -67,6 +70,13 @@ INLINE_FUSED_64 = [(64, 1024, 12, 2), (48, 1024, 12, 2), (48, 2048, 12, 2), (32,
                    (40, 1024, 28, 4), (64, 512, 12, 2)]
 INLINE_FUSED_64_T = [(64, 512, 12, 2), (32, 1024, 32, 8), (24, 2048, 28, 4)]
 
+# the anchor rows whose plan launches the combine (its wide shape: B * Hq < #SMs), small fixed-split rows beside them,
+# and two rows that merge in the partial kernel (controls)
+WIDE_COMBINE = [(4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12), (1, 8192, 32, 32), (1, 32768, 32, 32),
+                (4, 16384, 12, 2), (1, 65536, 12, 2), (1, 131072, 12, 2), (1, 2048, 28, 4), (1, 4096, 12, 2),
+                (2, 2048, 12, 2), (1, 2048, 12, 2), (2, 4096, 12, 2), (1, 8192, 12, 2), (1, 1024, 28, 4),
+                (1, 4096, 28, 4), (2, 2048, 28, 4), (1, 4096, 32, 8), (16, 4096, 12, 2), (8, 2048, 28, 4)]
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -90,7 +100,11 @@ VARIANTS = {
                                          ("in place 64", dict(INLINE_FUSED_MAX_BATCH=64), False)]),
     "capacity": ("small", [("in place", {"api.CAPACITY_SPLITS_MAX_TOKENS": 0}, False),
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
+    "combinewarps": ("widecombine", [("4 warps", dict(COMBINE_ONE_WARP_MAX=0), False),
+                                     ("1 warp", dict(COMBINE_ONE_WARP_MAX=4096), False)]),
 }  # fmt: skip
+# sets whose variants time the plan (``plan_decode``) instead of ``auto``
+PLAN_SETS = {"combinewarps"}
 
 
 def rows(shapes):
@@ -141,6 +155,8 @@ def rows(shapes):
                   Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2"),
                   Row([30, 400, 2, 90], 12, 12, table_tokens=SERVING_TABLE_TOKENS, label="4x2..400 12/12 T131072")]
         return own + big + uneven
+    if shapes == "widecombine":
+        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in WIDE_COMBINE]
     if shapes == "small":
         uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
                   Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),
@@ -158,7 +174,9 @@ def module_of(constant):
 
 
 def main():
-    shapes, columns = VARIANTS[sys.argv[1] if len(sys.argv) > 1 else "cut"]
+    which = sys.argv[1] if len(sys.argv) > 1 else "cut"
+    shapes, columns = VARIANTS[which]
+    backend = "auto_plan" if which in PLAN_SETS else "auto"
     defaults = {k: getattr(*module_of(k)) for _, settings, _ in columns for k in settings}
     table_sized = triton_splitk.num_candidates
     results = []
@@ -170,15 +188,16 @@ def main():
             triton_splitk.num_candidates = (
                 lambda t, n, cap=longest: table_sized(min(t, cap), n)) if fit else table_sized
             launcher.clear()  # no launch replayed from the other variant's recording
-            for rec in run_rows([row], ["auto"], "cuda", progress=False):
+            for rec in run_rows([row], [backend], "cuda", progress=False):
                 rec["backend"] = name
                 results.append(rec)
                 print(name, row.name(), rec.get("graph_us") or rec.get("status"), flush=True)
     triton_splitk.num_candidates = table_sized
     for constant, value in defaults.items():
         setattr(*module_of(constant), value)
-    results += run_rows(rows(shapes), ["auto_plan", "flashinfer"], "cuda", progress=False)
-    report(results, [c[0] for c in columns] + [columns[0][0] + " again", "auto_plan", "flashinfer"])
+    others = ["auto"] if backend == "auto_plan" else ["auto_plan"]
+    results += run_rows(rows(shapes), others + ["flashinfer"], "cuda", progress=False)
+    report(results, [c[0] for c in columns] + [columns[0][0] + " again"] + others + ["flashinfer"])
 
 
 if __name__ == "__main__":

@@ -171,6 +171,12 @@ COMBINE_D_BLOCKS = 1
 # COMBINE_WIDE = (chunks per block, head-dim blocks): one wide load instead of a chain of four dependent ones.
 # H200, 12/2 rows: 1 x 65536 32.3 -> 27.8 us, 1 x 131072 49.3 -> 43.9 us; other rows unchanged (None: off)
 COMBINE_WIDE = (256, 4)
+# a combine tile [BLOCK_S, BLOCK_DC] of at most this many elements is merged by one warp instead of four: Triton lays
+# the four warps along the chunk axis, so every reduction over the chunks (the LSEs' max, the weights' sum, the
+# weighted rows' sum) crosses warps through shared memory, 14-16 barriers at BLOCK_S >= 64 (ptx of [64, 32]: 14, of
+# [32, 32]: 2); one warp needs none (ptxas: 110 registers at [64, 32], 168 at [128, 32], no spills; [256, 32] spills).
+# 0: always four warps
+COMBINE_ONE_WARP_MAX = 4096
 # partial tile for groups < 4 in split-K when a token row (Hkv * D * itemsize bytes) is a power of two; None: off.
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement;
@@ -1506,6 +1512,8 @@ def launch_combine(
         small_s = COMBINE_INLINE_SMALL_S
     if block_d % (16 * d_blocks):
         d_blocks = 1
+    block_s = min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s
+    one_warp = 0 < block_s * (block_d // d_blocks) <= COMBINE_ONE_WARP_MAX
     seqs = batch
     if long_only:
         assert not fixed and merged_max > 1, "long_only: planned mode with the fused merge"
@@ -1514,11 +1522,9 @@ def launch_combine(
         _combine_kernel, (q_len * num_q_heads, seqs, d_blocks),
         o_part, lse_part, out4, lse if lse is not None else lse_part, plan, sinks if sinks is not None else lse_part,
         batch, max_chunks, num_q_heads, out4.stride(0), out4.stride(1), out4.stride(2),
-        NUM_SPLITS=fixed, HEAD_DIM=head_dim,
-        BLOCK_S=min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s,
-        BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
         USE_PDL=pdl, MERGED_MAX=merged_max, **{**(inline or _NO_COMBINE_PLAN), **(even or {})},
-        LONG_ONLY=next_power_of_2(batch) if long_only else 0, SMALL_S=small_s,
+        LONG_ONLY=next_power_of_2(batch) if long_only else 0, SMALL_S=small_s, num_warps=1 if one_warp else 4,
         **({"launch_pdl": True} if pdl else {}),
     )  # fmt: skip
 
