@@ -253,3 +253,54 @@ def test_token_major_fp8_v_needs_no_byte_loads():
     assert head_major >= 64 and token_major == 0, done.stdout
     # V is pipelined through cp.async as K is (not loaded through registers)
     assert copies[1] >= copies[0], done.stdout
+
+
+_COMBINE_WARPS = r"""
+import os, re, subprocess, sys, tempfile
+sys.path.insert(0, "src")
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from flashdecode import triton_splitk
+
+kernel = triton_splitk._combine_kernel
+ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+# fixed splits' wide combine (launch_combine with B * Hq < #SMs): [BLOCK_S, 32] tiles
+BASE = dict(HEAD_DIM=128, BLOCK_D=128, BLOCK_DC=32, WRITE_LSE=True, HAS_SINKS=False, USE_PDL=True, MERGED_MAX=1,
+            NUM_SMS=132, INLINE_PLAN=False, BLOCK_B=1, BLOCK_N=32, LOG2_BLOCK_N=5, NUM_CAND=1, SATURATION=4,
+            OVERHEAD=32, HAS_WINDOW=False, Q_LEN=1)
+for splits in (32, 64, 128):
+    for warps in (1, 4):
+        consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE,
+                  "NUM_SPLITS": splits, "BLOCK_S": splits}
+        sig = {n: "constexpr" if n in consts else ("*bf16" if n == "OUT" else "*fp32" if n in (
+               "O_PART", "LSE_PART", "LSE", "SINKS") else "*i32" if n.isupper() else "i32") for n in kernel.arg_names}
+        ptx = triton.compile(ASTSource(kernel, sig, consts), target=GPUTarget("cuda", 90, 32),
+                             options=dict(num_warps=warps, num_stages=3)).asm["ptx"]
+        with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+            f.write(ptx)
+        info = subprocess.run([ptxas, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True,
+                              text=True).stderr
+        spills = sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", info))
+        print(splits, warps, ptx.count("bar.sync"), spills, splits * 32 <= triton_splitk.COMBINE_ONE_WARP_MAX)
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU scripts/variant_probe.py combinewarps times it")
+def test_one_warp_combine_has_no_barriers():
+    """Four warps lay the combine's [BLOCK_S, 32] tile along the chunk axis, so its reductions over the chunks cross
+    warps through shared memory (14 or more barriers from 64 chunks); the one warp that launch_combine gives a tile of
+    at most COMBINE_ONE_WARP_MAX elements needs no barrier and spills nothing (docs/design.md, "Merging the chunks")."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _COMBINE_WARPS], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [tuple(int(x) if x.isdigit() else x == "True" for x in line.split()) for line in done.stdout.splitlines()]
+    assert len(rows) == 6, done.stdout
+    for splits, warps, barriers, spills, one_warp in rows:
+        assert spills == 0, rows
+        if warps == 1:
+            assert barriers == 0 and one_warp, rows
+        elif splits >= 64:
+            assert barriers >= 8, rows
