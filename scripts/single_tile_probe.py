@@ -3,7 +3,9 @@ page ids a tile ahead) and of up to two: deeper pipelines and larger tiles, sinc
 memory to itself. Every variant is checked against the float64 reference, then timed (CUDA-graph median, caches
 rotated out of L2). Writes $OUT/single_tile.jsonl, prints a table last.
 
-    python scripts/single_tile_probe.py
+    python scripts/single_tile_probe.py [--tiles N,W,S[;N,W,S...]] [--rows B,L,Hq,Hkv[;...]]
+
+--tiles (BLOCK_N, num_warps, num_stages) and --rows replace the lists below.
 """
 
 import itertools
@@ -25,6 +27,17 @@ TILES = [(64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 8, 4), (128, 4, 2), (128, 4, 3
 
 
 def main():
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tiles", default="", help="BLOCK_N,num_warps,num_stages;... instead of TILES")
+    ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
+    args = ap.parse_args()
+    global TILES, ROWS
+    if args.tiles:
+        TILES = [tuple(map(int, t.split(","))) for t in args.tiles.split(";")]
+    if args.rows:
+        ROWS = [Row([ln] * b, hq, hkv) for b, ln, hq, hkv in (map(int, r.split(",")) for r in args.rows.split(";"))]
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "single_tile.jsonl"), "w")
     table = []
