@@ -101,7 +101,7 @@ def main():
                 c = c or next(cycle)
                 if s == 1:
                     return decode_attention(*c.args, backend="triton", out=out)
-                if config is not None and config[0] == "wide":
+                if isinstance(config, tuple):
                     with patch.object(triton_splitk, "COMBINE_WIDE", config[1]):
                         return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr)[0]
                 return decode_splitk(*c.args, 128**-0.5, out, None, num_splits=s, counters=ctr, config=config)[0]
