@@ -171,11 +171,12 @@ COMBINE_D_BLOCKS = 1
 # COMBINE_WIDE = (chunks per block, head-dim blocks): one wide load instead of a chain of four dependent ones.
 # H200, 12/2 rows: 1 x 65536 32.3 -> 27.8 us, 1 x 131072 49.3 -> 43.9 us; other rows unchanged (None: off)
 COMBINE_WIDE = (256, 4)
-# a combine tile [BLOCK_S, BLOCK_DC] of at most this many elements is merged by one warp instead of four: Triton lays
-# the four warps along the chunk axis, so every reduction over the chunks (the LSEs' max, the weights' sum, the
-# weighted rows' sum) crosses warps through shared memory, 14-16 barriers at BLOCK_S >= 64 (ptx of [64, 32]: 14, of
-# [32, 32]: 2); one warp needs none (ptxas: 110 registers at [64, 32], 168 at [128, 32], no spills; [256, 32] spills).
-# 0: always four warps
+# a COMBINE_WIDE tile [BLOCK_S, BLOCK_DC] of at most this many elements (fixed splits: BLOCK_S = S) is merged by one
+# warp, not four: Triton lays four warps along the chunk axis, so every reduction over the chunks (the LSEs' max, the
+# weights' sum, the weighted rows' sum) crosses warps through shared memory, 14-16 barriers at BLOCK_S >= 64 (ptx of
+# [64, 32]: 14, of [32, 32]: 2); one warp needs none (ptxas: 110 registers at [64, 32], 168 at [128, 32], no spills;
+# [256, 32] spills). H200, variant_probe combinewarps at 13694ac: 1 x 2048 28/4 6.7 -> 5.9 us, 1 x 8192 12/2 8.2 ->
+# 7.2, 1 x 65536 12/2 22.3 -> 22.1 (docs/design.md). The other shapes' tiles keep four warps (not measured). 0: off
 COMBINE_ONE_WARP_MAX = 4096
 # partial tile for groups < 4 in split-K when a token row (Hkv * D * itemsize bytes) is a power of two; None: off.
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
@@ -1506,14 +1507,16 @@ def launch_combine(
     batch, q_len, num_q_heads, head_dim = out4.shape
     fixed, block_d = num_splits, o_part.shape[2]
     block_s, d_blocks, small_s = COMBINE_BLOCK_S, COMBINE_D_BLOCKS, 0
-    if COMBINE_WIDE and not deterministic and num_sms is not None and batch * q_len * num_q_heads < num_sms:
+    wide = bool(COMBINE_WIDE) and not deterministic and num_sms is not None and batch * q_len * num_q_heads < num_sms
+    if wide:
         block_s, d_blocks = COMBINE_WIDE
     elif inline is not None and 0 < COMBINE_INLINE_SMALL_S < block_s:
         small_s = COMBINE_INLINE_SMALL_S
     if block_d % (16 * d_blocks):
         d_blocks = 1
     block_s = min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s
-    one_warp = 0 < block_s * (block_d // d_blocks) <= COMBINE_ONE_WARP_MAX
+    # the wide shape's small tiles (measured there only)
+    one_warp = wide and block_s * (block_d // d_blocks) <= COMBINE_ONE_WARP_MAX
     seqs = batch
     if long_only:
         assert not fixed and merged_max > 1, "long_only: planned mode with the fused merge"
@@ -1522,7 +1525,8 @@ def launch_combine(
         _combine_kernel, (q_len * num_q_heads, seqs, d_blocks),
         o_part, lse_part, out4, lse if lse is not None else lse_part, plan, sinks if sinks is not None else lse_part,
         batch, max_chunks, num_q_heads, out4.stride(0), out4.stride(1), out4.stride(2),
-        NUM_SPLITS=fixed, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks, WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
+        NUM_SPLITS=fixed, HEAD_DIM=head_dim, BLOCK_S=block_s, BLOCK_D=block_d, BLOCK_DC=block_d // d_blocks,
+        WRITE_LSE=lse is not None, HAS_SINKS=sinks is not None,
         USE_PDL=pdl, MERGED_MAX=merged_max, **{**(inline or _NO_COMBINE_PLAN), **(even or {})},
         LONG_ONLY=next_power_of_2(batch) if long_only else 0, SMALL_S=small_s, num_warps=1 if one_warp else 4,
         **({"launch_pdl": True} if pdl else {}),
