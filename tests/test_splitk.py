@@ -402,6 +402,32 @@ def test_combine_block_shapes(block_s, d_blocks, device, monkeypatch):
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse), num_splits
 
 
+@pytest.mark.parametrize("num_sms,one_warp_max,warps", [(64, 4096, 1), (64, 0, 4), (4, 4096, 4)],
+                         ids=["wide", "off", "narrow"])
+def test_wide_combine_warps(num_sms, one_warp_max, warps, device, monkeypatch):
+    """Fixed splits' combine: one warp for the wide shape (B * Hq < #SMs) when COMBINE_ONE_WARP_MAX allows, four
+    otherwise; the same merge either way."""
+    import flashdecode.triton_splitk as splitk
+
+    c = case([300, 77], 8, 2, 128, 16, torch.bfloat16, device, seed=37)
+    ref_out, ref_lse = reference_of(c)
+    monkeypatch.setattr(splitk, "COMBINE_ONE_WARP_MAX", one_warp_max)
+    seen = []
+
+    def spy(kernel, grid, *args, **kwargs):
+        if kernel is splitk._combine_kernel:
+            seen.append(kwargs["num_warps"])
+        return launch(kernel, grid, *args, **kwargs)
+
+    launch = splitk.launch
+    monkeypatch.setattr(splitk, "launch", spy)
+    out, lse = torch.full_like(c.q, float("nan")), torch.empty(2, 8, device=device)
+    decode_splitk(*c.args, 128**-0.5, out, lse, num_splits=8, num_sms=num_sms)
+    assert seen == [warps]
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
+    assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
+
+
 def test_fixed_splits_padded_grid_is_bit_identical(device, monkeypatch):
     """The probe-only launch shapes of the fixed mode (scripts/perf_probe.py grid: chunk slots padded past B * S,
     heads-first order) leave every output bit unchanged: the padding programs return without writing."""
