@@ -27,7 +27,9 @@ in-place plan run for every sequence (all) or for those that can have more than 
 (``COMBINE_LONG_ONLY``; at 337168d a knob of its own for the in-place plans).
 
 combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide shape, merged by four warps or, for
-tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside.
+tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside;
+combinewarps2: the same for the combine's other shape (fixed splits of B * Hq >= #SMs,
+``COMBINE_ONE_WARP_WIDE_ONLY`` on or off).
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
@@ -77,6 +79,10 @@ WIDE_COMBINE = [(4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12), (1,
                 (2, 2048, 12, 2), (1, 2048, 12, 2), (2, 4096, 12, 2), (1, 8192, 12, 2), (1, 1024, 28, 4),
                 (1, 4096, 28, 4), (2, 2048, 28, 4), (1, 4096, 32, 8), (16, 4096, 12, 2), (8, 2048, 28, 4)]
 
+# fixed splits of B * Hq >= #SMs that the combine launch merges ([S, 128] tiles), and the wide rows as controls
+NARROW_COMBINE = [(12, 2048, 12, 2), (12, 4096, 12, 12), (6, 8192, 28, 4), (12, 8192, 12, 2), (5, 4096, 28, 4),
+                  (12, 16384, 12, 12), (1, 2048, 28, 4), (1, 65536, 12, 2)]
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -102,9 +108,11 @@ VARIANTS = {
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
     "combinewarps": ("widecombine", [("4 warps", dict(COMBINE_ONE_WARP_MAX=0), False),
                                      ("1 warp", dict(COMBINE_ONE_WARP_MAX=4096), False)]),
+    "combinewarps2": ("narrowcombine", [("wide only", dict(COMBINE_ONE_WARP_WIDE_ONLY=True), False),
+                                        ("every shape", dict(COMBINE_ONE_WARP_WIDE_ONLY=False), False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
-PLAN_SETS = {"combinewarps"}
+PLAN_SETS = {"combinewarps", "combinewarps2"}
 
 
 def rows(shapes):
@@ -155,8 +163,9 @@ def rows(shapes):
                   Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2"),
                   Row([30, 400, 2, 90], 12, 12, table_tokens=SERVING_TABLE_TOKENS, label="4x2..400 12/12 T131072")]
         return own + big + uneven
-    if shapes == "widecombine":
-        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in WIDE_COMBINE]
+    if shapes in ("widecombine", "narrowcombine"):
+        shapes = WIDE_COMBINE if shapes == "widecombine" else NARROW_COMBINE
+        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in shapes]
     if shapes == "small":
         uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
                   Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),
