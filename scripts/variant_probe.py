@@ -4,7 +4,7 @@ float64 reference before it is timed (CUDA-graph median, caches rotated out of L
 a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
-                                     inlinefused | combinewarps]
+                                     inlinefused | combinewarps | combinewarps2 | combinewide8]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -29,7 +29,8 @@ in-place plan run for every sequence (all) or for those that can have more than 
 combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide shape, merged by four warps or, for
 tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside;
 combinewarps2: the same for the combine's other shape (fixed splits of B * Hq >= #SMs,
-``COMBINE_ONE_WARP_WIDE_ONLY`` on or off).
+``COMBINE_ONE_WARP_WIDE_ONLY`` on or off); combinewide8: the plan's wide combine of fixed splits over 4 or 8
+head-dim blocks (``COMBINE_WIDE``; one warp for [S, 32] or [S, 16] tiles: ptxas 142 registers at [128, 16]).
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
@@ -110,9 +111,11 @@ VARIANTS = {
                                      ("1 warp", dict(COMBINE_ONE_WARP_MAX=4096), False)]),
     "combinewarps2": ("narrowcombine", [("wide only", dict(COMBINE_ONE_WARP_WIDE_ONLY=True), False),
                                         ("every shape", dict(COMBINE_ONE_WARP_WIDE_ONLY=False), False)]),
+    "combinewide8": ("widecombine", [("4 blocks", dict(COMBINE_WIDE=(256, 4)), False),
+                                     ("8 blocks", dict(COMBINE_WIDE=(256, 8)), False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
-PLAN_SETS = {"combinewarps", "combinewarps2"}
+PLAN_SETS = {"combinewarps", "combinewarps2", "combinewide8"}
 
 
 def rows(shapes):
