@@ -4,7 +4,7 @@ float64 reference before it is timed (CUDA-graph median, caches rotated out of L
 a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
-                                     inlinefused | combinewarps | combinewarps2 | combinewide8]
+                                     inlinefused | combinewarps | combinewide8]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -28,8 +28,7 @@ in-place plan run for every sequence (all) or for those that can have more than 
 
 combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide shape, merged by four warps or, for
 tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside;
-combinewarps2: the same for the combine's other shape (fixed splits of B * Hq >= #SMs,
-``COMBINE_ONE_WARP_WIDE_ONLY`` on or off); combinewide8: the plan's wide combine of fixed splits over 4 or 8
+combinewide8: the plan's wide combine of fixed splits over 4 or 8
 head-dim blocks (``COMBINE_WIDE``; one warp for [S, 32] or [S, 16] tiles: ptxas 142 registers at [128, 16]).
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
@@ -80,10 +79,6 @@ WIDE_COMBINE = [(4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12), (1,
                 (2, 2048, 12, 2), (1, 2048, 12, 2), (2, 4096, 12, 2), (1, 8192, 12, 2), (1, 1024, 28, 4),
                 (1, 4096, 28, 4), (2, 2048, 28, 4), (1, 4096, 32, 8), (16, 4096, 12, 2), (8, 2048, 28, 4)]
 
-# fixed splits of B * Hq >= #SMs that the combine launch merges ([S, 128] tiles), and the wide rows as controls
-NARROW_COMBINE = [(12, 2048, 12, 2), (12, 4096, 12, 12), (6, 8192, 28, 4), (12, 8192, 12, 2), (5, 4096, 28, 4),
-                  (12, 16384, 12, 12), (1, 2048, 28, 4), (1, 65536, 12, 2)]
-
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -109,13 +104,11 @@ VARIANTS = {
                            ("capacity", {"api.CAPACITY_SPLITS_MAX_TOKENS": 4096}, False)]),
     "combinewarps": ("widecombine", [("4 warps", dict(COMBINE_ONE_WARP_MAX=0), False),
                                      ("1 warp", dict(COMBINE_ONE_WARP_MAX=4096), False)]),
-    "combinewarps2": ("narrowcombine", [("wide only", dict(COMBINE_ONE_WARP_WIDE_ONLY=True), False),
-                                        ("every shape", dict(COMBINE_ONE_WARP_WIDE_ONLY=False), False)]),
     "combinewide8": ("widecombine", [("4 blocks", dict(COMBINE_WIDE=(256, 4)), False),
                                      ("8 blocks", dict(COMBINE_WIDE=(256, 8)), False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
-PLAN_SETS = {"combinewarps", "combinewarps2", "combinewide8"}
+PLAN_SETS = {"combinewarps", "combinewide8"}
 
 
 def rows(shapes):
@@ -166,9 +159,8 @@ def rows(shapes):
                   Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2"),
                   Row([30, 400, 2, 90], 12, 12, table_tokens=SERVING_TABLE_TOKENS, label="4x2..400 12/12 T131072")]
         return own + big + uneven
-    if shapes in ("widecombine", "narrowcombine"):
-        shapes = WIDE_COMBINE if shapes == "widecombine" else NARROW_COMBINE
-        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in shapes]
+    if shapes == "widecombine":
+        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in WIDE_COMBINE]
     if shapes == "small":
         uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
                   Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),

@@ -402,18 +402,16 @@ def test_combine_block_shapes(block_s, d_blocks, device, monkeypatch):
         assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse), num_splits
 
 
-@pytest.mark.parametrize("num_sms,one_warp_max,wide_only,warps",
-                         [(64, 4096, True, 1), (64, 0, True, 4), (4, 4096, True, 4), (4, 4096, False, 1)],
-                         ids=["wide", "off", "narrow", "narrow-too"])
-def test_wide_combine_warps(num_sms, one_warp_max, wide_only, warps, device, monkeypatch):
-    """Fixed splits' combine: one warp for the wide shape (B * Hq < #SMs) when COMBINE_ONE_WARP_MAX allows, for the
-    other shape only without COMBINE_ONE_WARP_WIDE_ONLY, four otherwise; the same merge either way."""
+@pytest.mark.parametrize("num_sms,one_warp_max,warps", [(64, 4096, 1), (64, 0, 4), (4, 4096, 4)],
+                         ids=["wide", "off", "narrow"])
+def test_wide_combine_warps(num_sms, one_warp_max, warps, device, monkeypatch):
+    """Fixed splits' combine: one warp for the wide shape (B * Hq < #SMs) when COMBINE_ONE_WARP_MAX allows, four
+    otherwise; the same merge either way."""
     import flashdecode.triton_splitk as splitk
 
     c = case([300, 77], 8, 2, 128, 16, torch.bfloat16, device, seed=37)
     ref_out, ref_lse = reference_of(c)
     monkeypatch.setattr(splitk, "COMBINE_ONE_WARP_MAX", one_warp_max)
-    monkeypatch.setattr(splitk, "COMBINE_ONE_WARP_WIDE_ONLY", wide_only)
     seen = []
 
     def spy(kernel, grid, *args, **kwargs):

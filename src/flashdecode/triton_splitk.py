@@ -176,11 +176,9 @@ COMBINE_WIDE = (256, 4)
 # weights' sum, the weighted rows' sum) crosses warps through shared memory, 14-16 barriers at BLOCK_S >= 64 (ptx of
 # [64, 32]: 14, of [32, 32]: 2); one warp needs none (ptxas: 110 registers at [64, 32], 168 at [128, 32], no spills;
 # [256, 32] spills). H200, variant_probe combinewarps at 13694ac: 1 x 2048 28/4 6.7 -> 5.9 us, 1 x 8192 12/2 8.2 ->
-# 7.2, 1 x 65536 12/2 22.3 -> 22.1 (docs/design.md). 0: off
+# 7.2, 1 x 65536 12/2 22.3 -> 22.1 (docs/design.md). The other shape's [BLOCK_S, 128] tiles need no warp of their
+# own: four warps span the 128 columns (ptx of [8..32, 128]: no barrier). 0: off
 COMBINE_ONE_WARP_MAX = 4096
-# ...for the wide shape only: the other shapes' small tiles (fixed splits of B * Hq >= #SMs, [S, 128]) have the same
-# cross-warp reductions but were not measured (variant_probe combinewarps2 is the probe). False: those too
-COMBINE_ONE_WARP_WIDE_ONLY = True
 # partial tile for groups < 4 in split-K when a token row (Hkv * D * itemsize bytes) is a power of two; None: off.
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement;
@@ -1518,7 +1516,7 @@ def launch_combine(
     if block_d % (16 * d_blocks):
         d_blocks = 1
     block_s = min(block_s, next_power_of_2(fixed)) if fixed > 1 and not deterministic else block_s
-    one_warp = block_s * (block_d // d_blocks) <= COMBINE_ONE_WARP_MAX and (wide or not COMBINE_ONE_WARP_WIDE_ONLY)
+    one_warp = wide and block_s * (block_d // d_blocks) <= COMBINE_ONE_WARP_MAX
     seqs = batch
     if long_only:
         assert not fixed and merged_max > 1, "long_only: planned mode with the fused merge"
