@@ -4,7 +4,8 @@ float64 reference before it is timed (CUDA-graph median, caches rotated out of L
 a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
-                                     inlinefused | combinewarps | combinewide8]
+                                     inlinefused | combinewarps | combinewide8 |
+                                     combinewide128]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -28,6 +29,8 @@ in-place plan run for every sequence (all) or for those that can have more than 
 
 combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide shape, merged by four warps or, for
 tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside;
+combinewide128: `auto` with the wide combine's planned blocks of 256 chunks (four warps: 16 barriers) or 128 (one
+warp: ptxas 168 registers, no spill; a sequence of more than 128 chunks loads twice, one after the other);
 combinewide8: the plan's wide combine of fixed splits over 4 or 8
 head-dim blocks (``COMBINE_WIDE``; one warp for [S, 32] or [S, 16] tiles: ptxas 142 registers at [128, 16]).
 
@@ -106,6 +109,8 @@ VARIANTS = {
                                      ("1 warp", dict(COMBINE_ONE_WARP_MAX=4096), False)]),
     "combinewide8": ("widecombine", [("4 blocks", dict(COMBINE_WIDE=(256, 4)), False),
                                      ("8 blocks", dict(COMBINE_WIDE=(256, 8)), False)]),
+    "combinewide128": ("widecombine", [("256 x 4 warps", dict(COMBINE_WIDE=(256, 4)), False),
+                                       ("128 x 1 warp", dict(COMBINE_WIDE=(128, 4)), False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
 PLAN_SETS = {"combinewarps", "combinewide8"}
