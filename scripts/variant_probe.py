@@ -1,5 +1,6 @@
-"""`auto` under variants of the library's switches, each row running every variant back to back (then the first
-again: the run's noise), with the plan and FlashInfer in the same process. Each backend is checked against the
+"""`auto` (or, for the combine sets, the plan) under variants of the library's switches, each row running every
+variant back to back (then the first again: the run's noise), with the other of the two and FlashInfer in the same
+process. Each backend is checked against the
 float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
 a table.
 

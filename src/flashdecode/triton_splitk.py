@@ -1560,8 +1560,7 @@ def decode_splitk(
             cache's ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of ``FP8_SPLIT_TILE``, the MHA tile's
             ``MHA_LONG_TILE`` (3 stages), the grouped prefetching tile's ``GROUPED_LONG_TILE`` (128 tokens, one
             program per SM) with counters, ``GROUPED_MID_TILE`` (64 tokens, two) without; ``plan_decode`` asks for it,
-            from the lengths. Any lengths give the right
-            output either way.
+            from the lengths. Any lengths give the right output either way.
         table: planned mode with a cut made on the host (``plan_decode``: ``host_cut`` / ``host_table``), an int32
             [4, chunks + B] tensor on q's device, instead of the planner launch; no window. With counters (zeroed,
             at least B * Hkv * head blocks, at most FUSED_MAX_CHUNKS chunks a sequence in the table) the last
