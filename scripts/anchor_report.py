@@ -113,10 +113,11 @@ def main():
         print(f"| {name} | {e['kv_mb']:.1f} | " + " | ".join(cells) + " |")
     at_least = sum(1 for s in anchor_peer if s >= 1.0)
     at_least_run = sum(1 for s in anchor_fi if s >= 1.0)
-    print(f"\nAnchor grid ({len(anchor_peer)} rows): geomean speed {geomean(anchor_fi):.3f}× the fastest peer of the "
-          f"same run ({at_least_run} of {len(anchor_fi)} rows at least as fast), {geomean(anchor_peer):.3f}× "
+    same_run = (f"{geomean(anchor_fi):.3f}× the fastest peer of the same run ({at_least_run} of {len(anchor_fi)} rows "
+                f"at least as fast)" if anchor_fi else "no peer timed in this run")
+    print(f"\nAnchor grid ({len(anchor_peer)} rows): geomean speed {same_run}, {geomean(anchor_peer):.3f}× "
           f"PERF.md's best peer ({at_least} of {len(anchor_peer)} rows at least as fast). All rows: "
-          f"{geomean(vs_fi):.3f}× same run, {geomean(vs_peer):.3f}× PERF.md.")  # fmt: skip
+          + (f"{geomean(vs_fi):.3f}× same run, " if vs_fi else "") + f"{geomean(vs_peer):.3f}× PERF.md.")  # fmt: skip
     if old:
         slower = compare(results, args[1])
         print("\n" + ("\n".join(slower) if slower else f"No row more than 5% slower than {old_meta['commit']}."))
@@ -189,7 +190,8 @@ def eager_table(results, old_results, before):
         cells = [f"{old[name]:.1f}" if name in old else "", f"{e[OURS]:.1f}", f"{fi:.1f} ({who})" if fi else "",
                  f"{fi / e[OURS]:.2f}×" if fi else ""]  # fmt: skip
         print(f"| {name} | " + " | ".join(cells) + " |")
-    print(f"\nEager geomean: {geomean(speeds):.3f}× the fastest peer of the same run over {len(speeds)} rows.")
+    if speeds:
+        print(f"\nEager geomean: {geomean(speeds):.3f}× the fastest peer of the same run over {len(speeds)} rows.")
 
 
 if __name__ == "__main__":
