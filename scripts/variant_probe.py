@@ -34,6 +34,8 @@ combinewide128: `auto` with the wide combine's planned blocks of 256 chunks (fou
 warp: ptxas 168 registers, no spill; a sequence of more than 128 chunks loads twice, one after the other);
 combinewide8: the plan's wide combine of fixed splits over 4 or 8
 head-dim blocks (``COMBINE_WIDE``; one warp for [S, 32] or [S, 16] tiles: ptxas 142 registers at [128, 16]).
+Both measured on the H200 at db2cde0, neither kept (docs/benchmarks/h200-2026-11-28/no-peers-db2cde0: 8 blocks no
+row faster beyond noise; 128 × 1 warp mixed, 1 × 4096 32/8 10.5 → 10.1 µs, 1 × 131072 12/2 38.8 → 39.5).
 
 exit: rows planned in place, with every chunk slot computing the cut (cut) or the slots past the most chunks the
 lengths allow returning before it (``triton_splitk.INLINE_EXIT``); combineblock: the same rows with the combine
