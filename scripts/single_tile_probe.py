@@ -8,6 +8,7 @@ rotated out of L2). Writes $OUT/single_tile.jsonl, prints a table last.
 --tiles (BLOCK_N, num_warps, num_stages) and --rows replace the lists below.
 """
 
+import argparse
 import itertools
 import json
 import os
@@ -27,8 +28,6 @@ TILES = [(64, 4, 3), (64, 4, 4), (64, 4, 5), (64, 8, 4), (128, 4, 2), (128, 4, 3
 
 
 def main():
-    import argparse
-
     ap = argparse.ArgumentParser()
     ap.add_argument("--tiles", default="", help="BLOCK_N,num_warps,num_stages;... instead of TILES")
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")

@@ -1,12 +1,10 @@
 """`auto` (or, for the combine sets, the plan) under variants of the library's switches, each row running every
 variant back to back (then the first again: the run's noise), with the other of the two and FlashInfer in the same
-process. Each backend is checked against the
-float64 reference before it is timed (CUDA-graph median, caches rotated out of L2). Writes $OUT/table.jsonl, prints
-a table.
+process. Each backend is checked against the float64 reference before it is timed (CUDA-graph median, caches
+rotated out of L2). Writes $OUT/table.jsonl, prints a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
-                                     inlinefused | combinewarps | combinewide8 |
-                                     combinewide128]
+                                     inlinefused | combinewarps | combinewide8 | combinewide128]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -32,8 +30,8 @@ combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide 
 tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside;
 combinewide128: `auto` with the wide combine's planned blocks of 256 chunks (four warps: 16 barriers) or 128 (one
 warp: ptxas 168 registers, no spill; a sequence of more than 128 chunks loads twice, one after the other);
-combinewide8: the plan's wide combine of fixed splits over 4 or 8
-head-dim blocks (``COMBINE_WIDE``; one warp for [S, 32] or [S, 16] tiles: ptxas 142 registers at [128, 16]).
+combinewide8: the plan's wide combine of fixed splits over 4 or 8 head-dim blocks (``COMBINE_WIDE``; one warp for
+[S, 32] or [S, 16] tiles: ptxas 142 registers at [128, 16]).
 Both measured on the H200 at db2cde0, neither kept (docs/benchmarks/h200-2026-11-28/no-peers-db2cde0: 8 blocks no
 row faster beyond noise; 128 × 1 warp mixed, 1 × 4096 32/8 10.5 → 10.1 µs, 1 × 131072 12/2 38.8 → 39.5).
 
