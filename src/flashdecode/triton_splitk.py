@@ -1018,12 +1018,12 @@ def _combine_kernel(
         # dependent loads it chains fewer times (the loop stays outside the branch)
         if count <= SMALL_S:
             m_i, l_i, acc = merge_block(
-                O_PART, LSE_PART, first, 0, count, row, num_rows, offs_d, m_i, l_i, acc, SMALL_S, BLOCK_D
+                O_PART, LSE_PART, first, 0, count, row, num_rows, offs_d, m_i, l_i, acc, SMALL_S, BLOCK_D, ""
             )  # fmt: skip
             start = count
     for s0 in range(start, count, BLOCK_S):
         m_i, l_i, acc = merge_block(
-            O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D
+            O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D, ""
         )  # fmt: skip
 
     empty = l_i == 0.0
@@ -1042,7 +1042,7 @@ def _combine_kernel(
 @triton.jit
 def merge_block(
     O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, CACHE: tl.constexpr = "",
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, CACHE: tl.constexpr,
 ):  # fmt: skip
     """One step of the combine's online softmax: chunks s0..s0 + BLOCK_S - 1 (of the count from ``first``) of one
     row, merged into the running (max, sum, weighted output [BLOCK_DC]); returns them updated. CACHE: the loads'
