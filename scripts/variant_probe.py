@@ -4,8 +4,7 @@ process. Each backend is checked against the float64 reference before it is time
 rotated out of L2). Writes $OUT/table.jsonl, prints a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
-                                     inlinefused | combinewarps | combinewide8 | combinewide128 |
-                                     mergewide]
+                                     inlinefused | combinewarps | combinewide8 | combinewide128]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -26,9 +25,6 @@ kernel wait for that kernel only before its merge: slower on 13 of 15 rows, not 
 17-64 sequences (``INLINE_FUSED_MAX_BATCH`` 16, 32 or 64). inlinelong: the inlinefused rows with the combine after an
 in-place plan run for every sequence (all) or for those that can have more than FUSED_MAX_CHUNKS chunks
 (``COMBINE_LONG_ONLY``; at 337168d a knob of its own for the in-place plans).
-
-mergewide: the plan on MHA rows of one query token that it splits 8-32 ways, merged by the combine launch
-(``triton_splitk.MERGE_WIDE_MAX_SPLITS`` 0) or in the last split program with one [S, D] load (32), and controls.
 
 combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide shape, merged by four warps or, for
 tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside;
@@ -87,13 +83,6 @@ WIDE_COMBINE = [(4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12), (1,
                 (2, 2048, 12, 2), (1, 2048, 12, 2), (2, 4096, 12, 2), (1, 8192, 12, 2), (1, 1024, 28, 4),
                 (1, 4096, 28, 4), (2, 2048, 28, 4), (1, 4096, 32, 8), (16, 4096, 12, 2), (8, 2048, 28, 4)]
 
-# the plan's fixed splits of one query row a KV head (MHA, one token) that launch the combine without the wide merge
-# in the last split program (S 8-32, B * Hq < #SMs on the H200), then controls: rows merged in the partial before
-# (S 2), rows of other tiles, a row the plan does not split
-MERGE_WIDE = [(4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12), (1, 8192, 32, 32), (1, 32768, 32, 32),
-              (1, 131072, 32, 32), (2, 16384, 12, 12), (1, 16384, 40, 40), (2, 8192, 32, 32), (1, 4096, 32, 32),
-              (1, 16384, 16, 16), (16, 4096, 12, 12), (1, 65536, 12, 2), (1, 2048, 28, 4), (64, 1024, 12, 12)]
-
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -123,11 +112,9 @@ VARIANTS = {
                                      ("8 blocks", dict(COMBINE_WIDE=(256, 8)), False)]),
     "combinewide128": ("widecombine", [("256 x 4 warps", dict(COMBINE_WIDE=(256, 4)), False),
                                        ("128 x 1 warp", dict(COMBINE_WIDE=(128, 4)), False)]),
-    "mergewide": ("mergewide", [("combine", dict(MERGE_WIDE_MAX_SPLITS=0), False),
-                                ("wide merge", dict(MERGE_WIDE_MAX_SPLITS=32), False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
-PLAN_SETS = {"combinewarps", "combinewide8", "mergewide"}
+PLAN_SETS = {"combinewarps", "combinewide8"}
 
 
 def rows(shapes):
@@ -180,8 +167,6 @@ def rows(shapes):
         return own + big + uneven
     if shapes == "widecombine":
         return [Row([s] * b, hq, hkv) for b, s, hq, hkv in WIDE_COMBINE]
-    if shapes == "mergewide":
-        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in MERGE_WIDE]
     if shapes == "small":
         uneven = [Row([2048] + [64] * 7, 28, 4, label="8x64..2048 28/4"),
                   Row([1500, 100, 300, 40], 12, 2, table_tokens=2048, label="4x40..1500 12/2 T2048"),

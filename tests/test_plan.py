@@ -9,7 +9,6 @@ import dataclasses
 
 import pytest
 import torch
-import triton
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
 from flashdecode import DecodePlan, api, decode_attention, plan_decode, triton_splitk
@@ -182,42 +181,6 @@ def test_fixed_splits_merged_in_the_last_program_match_the_combine(splits, devic
     ref_out, ref_lse = reference_of(c)
     assert max_err(runs[0][0], ref_out) <= output_tolerance(c, ref_out, torch.float32)
     assert lse_err(runs[0][1], ref_lse) <= lse_tolerance(c, ref_lse)
-
-
-@pytest.mark.parametrize("splits", [5, 8, 16])
-def test_fixed_splits_of_one_row_merged_wide_in_the_last_program(splits, device):
-    """MHA with one query token (one row a KV head): more fixed splits than MERGE_UNROLL_ALL merge in the last split
-    program with one [S, D] load (``merge_wide``; 5 splits: a block of 8 with 3 masked). Ragged lengths: an empty
-    sequence, one shorter than S tiles (empty splits); within 1e-6 of the combine launch and within the reference's
-    tolerance, NaN-filled outputs, the counters back at zero after two calls."""
-    assert triton_splitk.merge_wide(1, splits) == triton.next_power_of_2(splits)
-    # 1100 tokens: 18 tiles, so even split 0 of 16 has one
-    c = case([0, 37, 1100, 520], 4, 4, 64, 16, torch.float32, device, seed=9, extra_table_columns=20)
-    scale = c.q.shape[-1] ** -0.5
-    counters = torch.zeros(4 * 4, dtype=torch.int32, device=c.q.device)
-    runs = []
-    for ctr in (counters, counters, None):
-        out, lse = _nan_out(c), torch.full(c.q.shape[:-1], float("nan"), device=c.q.device)
-        runs.append(decode_splitk(*c.args, scale, out, lse, num_splits=splits, num_sms=SMS, counters=ctr))
-        assert int(counters.abs().sum()) == 0
-    assert torch.equal(runs[0][0], runs[1][0])
-    assert max_err(runs[0][0], runs[2][0]) <= 1e-6 and lse_err(runs[0][1], runs[2][1]) <= 1e-6
-    ref_out, ref_lse = reference_of(c)
-    assert max_err(runs[0][0], ref_out) <= output_tolerance(c, ref_out, torch.float32)
-    assert lse_err(runs[0][1], ref_lse) <= lse_tolerance(c, ref_lse)
-
-
-def test_merge_wide_takes_one_row_and_few_splits(monkeypatch):
-    """merge_wide: one query row a KV head and MERGE_UNROLL_ALL < S <= MERGE_WIDE_MAX_SPLITS, else 0; with it the
-    plan merges such fixed splits in the last program even with fewer (sequence, row) pairs than SMs."""
-    monkeypatch.setattr(triton_splitk, "MERGE_WIDE_MAX_SPLITS", 32)
-    assert triton_splitk.merge_wide(1, 16) == 16 and triton_splitk.merge_wide(1, 24) == 32
-    assert triton_splitk.merge_wide(1, 4) == 0 and triton_splitk.merge_wide(1, 64) == 0
-    assert triton_splitk.merge_wide(2, 16) == 0 and triton_splitk.merge_wide(7, 8) == 0
-    assert triton_splitk.merge_fixed_in_partial(1, 1, 32, 16, 132, group=1)
-    assert not triton_splitk.merge_fixed_in_partial(1, 1, 32, 16, 132, group=4)
-    monkeypatch.setattr(triton_splitk, "MERGE_WIDE_MAX_SPLITS", 0)
-    assert not triton_splitk.merge_fixed_in_partial(1, 1, 32, 16, 132, group=1)
 
 
 def test_fixed_split_count_lengthens_short_splits_of_the_prefetch_tile():

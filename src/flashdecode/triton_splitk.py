@@ -240,10 +240,6 @@ MERGE_UNROLL = 2
 # us, but S 8 26.1 -> 27.0-27.3 (there ptxas interleaves the loads with the math), S 16 25.3 -> 24.0 (not merged in
 # the partial: the combine launch takes 22.8)
 MERGE_UNROLL_ALL = tl.constexpr(4)
-# fixed splits of one query row a KV head (MHA, one token) merge in the last split program with one [S, D] load of
-# every split's partials (``merge_if_last``'s WIDE_S) up to this many splits, whatever B * Hq; 0: the serial merge
-# above and the B * Hq >= #SMs rule (measurements)
-MERGE_WIDE_MAX_SPLITS = 32
 # tile classes (split_config) whose planned partial grid is (Hkv * head blocks, chunk slots): the KV heads of one chunk
 # are dispatched together, as in the single pass, and unused slots come last; the others (chunk slots, heads). H200,
 # perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
@@ -647,7 +643,7 @@ def merge_if_last(
     stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
-    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False, WIDE_S: tl.constexpr = 0,
+    UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False,
 ):  # fmt: skip
     """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
     program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
@@ -659,31 +655,11 @@ def merge_if_last(
     finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
     chunks per step, or all at once for at most MERGE_UNROLL_ALL fixed splits (the result does not depend on the
     arrival order). RESET (a host table's counters, which no planner zeroes): the merger resets its counter, as in
-    fixed mode. WIDE_S (fixed mode, one query row a KV head: MHA, one token): the NUM_SPLITS partials of that row in
-    one [WIDE_S, BLOCK_D] load, one L2 round trip, as the combine launch's wide shape reads them."""
+    fixed mode."""
     if count <= FUSED_MAX:
         tl.debug_barrier()
         arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
-        if WIDE_S > 0 and arrived == count - 1:
-            tl.static_assert(GROUP * Q_LEN == 1 and NUM_SPLITS <= WIDE_S, "the wide merge reads one row")
-            # the row's [WIDE_S] LSEs and [WIDE_S, BLOCK_D] partials at once (chunks past NUM_SPLITS masked)
-            m_1 = tl.max(tl.full([WIDE_S], float("-inf"), tl.float32), axis=0)
-            l_1 = tl.sum(tl.zeros([WIDE_S], tl.float32), axis=0)
-            m_1, l_1, acc_1 = merge_block(
-                O_PART, LSE_PART, first, 0, count, kv_head, num_q_heads, tl.arange(0, BLOCK_D), m_1, l_1,
-                tl.zeros([BLOCK_D], tl.float32), WIDE_S, BLOCK_D, ".cg",
-            )  # fmt: skip
-            empty = l_1 == 0.0
-            # [BLOCK_H, BLOCK_D] as store_group takes them: row 0 is the head, the padding rows are masked
-            out = tl.zeros([BLOCK_H, BLOCK_D], tl.float32) + (acc_1 / tl.where(empty, 1.0, l_1))[None, :]
-            lse_1 = tl.where(empty, float("-inf"), m_1 + tl.log(tl.where(empty, 1.0, l_1)))
-            lse = tl.zeros([BLOCK_H], tl.float32) + lse_1
-            store_group(
-                OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
-                GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
-            )  # fmt: skip
-            tl.store(COUNTERS + slot, 0)
-        elif arrived == count - 1:
+        if arrived == count - 1:
             row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
             offs_d = tl.arange(0, BLOCK_D)
             # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
@@ -804,7 +780,6 @@ def _partial_kernel(
     table_tokens=0,
     len_hint=0,
     EARLY_PAGES: tl.constexpr = False,
-    MERGE_WIDE: tl.constexpr = 0,
 ):
     first_seq = 0
     if EVEN_B:
@@ -891,7 +866,7 @@ def _partial_kernel(
             O_PART, LSE_PART, OUT, LSE, SINKS, COUNTERS, seq * num_head_ids + head_id, seq, kv_head, head_block,
             first, count, stride_ob, stride_ot, stride_oh, num_q_heads,
             GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, FUSED_MAX, MERGE_UNROLL, NUM_SPLITS,
-            HOST_TABLE, MERGE_WIDE,
+            HOST_TABLE,
         )  # fmt: skip
 
 
@@ -1018,12 +993,12 @@ def _combine_kernel(
         # dependent loads it chains fewer times (the loop stays outside the branch)
         if count <= SMALL_S:
             m_i, l_i, acc = merge_block(
-                O_PART, LSE_PART, first, 0, count, row, num_rows, offs_d, m_i, l_i, acc, SMALL_S, BLOCK_D, ""
+                O_PART, LSE_PART, first, 0, count, row, num_rows, offs_d, m_i, l_i, acc, SMALL_S, BLOCK_D
             )  # fmt: skip
             start = count
     for s0 in range(start, count, BLOCK_S):
         m_i, l_i, acc = merge_block(
-            O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D, ""
+            O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc, BLOCK_S, BLOCK_D
         )  # fmt: skip
 
     empty = l_i == 0.0
@@ -1042,24 +1017,22 @@ def _combine_kernel(
 @triton.jit
 def merge_block(
     O_PART, LSE_PART, first, s0, count, row, num_rows, offs_d, m_i, l_i, acc,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, CACHE: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """One step of the combine's online softmax: chunks s0..s0 + BLOCK_S - 1 (of the count from ``first``) of one
-    row, merged into the running (max, sum, weighted output [BLOCK_DC]); returns them updated. CACHE: the loads'
-    cache modifier (".cg" where another SM wrote the partials in this launch)."""
+    row, merged into the running (max, sum, weighted output [BLOCK_DC]); returns them updated."""
     offs_s = tl.arange(0, BLOCK_S)
     mask_s = s0 + offs_s < count
     rows = (first + s0 + offs_s).to(tl.int64) * num_rows + row
     # [BLOCK_S]; empty chunks hold -inf
-    lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"), cache_modifier=CACHE)
+    lse_s = tl.load(LSE_PART + rows, mask=mask_s, other=float("-inf"))
     m_new = tl.maximum(m_i, tl.max(lse_s, axis=0))
     # while every chunk so far is empty, measure from 0 so that exp(-inf - 0) = 0 rather than NaN
     m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp(m_i - m_ref)
     w = tl.exp(lse_s - m_ref)
     # [BLOCK_S, BLOCK_DC]
-    o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0,
-                cache_modifier=CACHE)  # fmt: skip
+    o = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_s[:, None], other=0.0)
     acc = acc * alpha + tl.sum(w[:, None] * o, axis=0)
     l_i = l_i * alpha + tl.sum(w, axis=0)
     return m_new, l_i, acc
@@ -1479,23 +1452,11 @@ def capacity_splits(
     return fixed_split_count(cdiv(max_tokens, chunk), chunk, cfg, batch * num_kv_heads * head_blocks, num_sms)
 
 
-def merge_fixed_in_partial(
-    batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int, group: int = 0
-) -> bool:  # fmt: skip
+def merge_fixed_in_partial(batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int) -> bool:
     """Whether fixed splits should merge in the last split program (``decode_splitk(counters=...)``) rather than in
-    a combine launch: few splits a sequence (FIXED_MERGE_MAX_SPLITS) and (sequence, row) pairs for every SM, or one
-    query row a KV head (group 1, one token) in at most MERGE_WIDE_MAX_SPLITS splits (``merge_wide``)."""
+    a combine launch: few splits a sequence (FIXED_MERGE_MAX_SPLITS) and (sequence, row) pairs for every SM."""
     few = 1 < num_splits <= FIXED_MERGE_MAX_SPLITS
-    return FUSED_COMBINE and (few and batch * q_len * num_q_heads >= num_sms or merge_wide(q_len * group, num_splits))
-
-
-def merge_wide(rows: int, num_splits: int) -> int:
-    """The wide merge's [S, D] block (``merge_if_last``'s WIDE_S) for fixed splits of `rows` query rows a KV head
-    (q_len x group), or 0 for the serial merge: one row, more splits than one unrolled step merges
-    (MERGE_UNROLL_ALL), at most MERGE_WIDE_MAX_SPLITS."""
-    if rows != 1 or not MERGE_UNROLL_ALL.value < num_splits <= MERGE_WIDE_MAX_SPLITS:
-        return 0
-    return triton.next_power_of_2(num_splits)
+    return FUSED_COMBINE and few and batch * q_len * num_q_heads >= num_sms
 
 
 def inline_block_b(batch: int) -> int:
@@ -1724,7 +1685,6 @@ def decode_splitk(
         NUM_SPLITS=fixed, SPLIT_TOKENS=split_tokens or 0, GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=page_size,
         DOT_F32=dot_in_fp32(q.dtype), WRITE_LSE=lse is not None, HEAD_BLOCKS=head_blocks, HEADS_FIRST=heads_first,
         USE_PDL=pdl, FUSED_MAX=FUSED_MAX_CHUNKS if fused or fused_fixed else 0, MERGE_UNROLL=MERGE_UNROLL,
-        MERGE_WIDE=merge_wide(q_len * group, fixed) if fused_fixed else 0,
         **(inline or _NO_INLINE_PLAN),
         **fargs, **cfg,
         # a call's first kernel when chained; else after the planner, the counters' zeroing kernel or the single pass
