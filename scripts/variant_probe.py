@@ -4,7 +4,8 @@ process. Each backend is checked against the float64 reference before it is time
 rotated out of L2). Writes $OUT/table.jsonl, prints a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
-                                     inlinefused | combinewarps | combinewide8 | combinewide128]
+                                     inlinefused | combinewarps | combinewide8 | combinewide128 |
+                                     sgstages]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -25,6 +26,10 @@ kernel wait for that kernel only before its merge: slower on 13 of 15 rows, not 
 17-64 sequences (``INLINE_FUSED_MAX_BATCH`` 16, 32 or 64). inlinelong: the inlinefused rows with the combine after an
 in-place plan run for every sequence (all) or for those that can have more than FUSED_MAX_CHUNKS chunks
 (``COMBINE_LONG_ONLY``; at 337168d a knob of its own for the in-place plans).
+
+sgstages: `auto` on rows of the small-group split tile (``SMALL_GROUP_SPLIT_TILE``) with 3 or 2 stages.
+(At bd8443c a set "mergewide" timed the plan's fixed splits of one MHA row merged in the last split program with one
+[S, D] load instead of the combine launch: slower on 9 of 11 rows, not kept; docs/design.md.)
 
 combinewarps: the plan (not `auto`) on rows whose combine launch takes the wide shape, merged by four warps or, for
 tiles of at most 4096 elements, one (``triton_splitk.COMBINE_ONE_WARP_MAX``), `auto` and FlashInfer beside;
@@ -83,6 +88,10 @@ WIDE_COMBINE = [(4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12), (1,
                 (2, 2048, 12, 2), (1, 2048, 12, 2), (2, 4096, 12, 2), (1, 8192, 12, 2), (1, 1024, 28, 4),
                 (1, 4096, 28, 4), (2, 2048, 28, 4), (1, 4096, 32, 8), (16, 4096, 12, 2), (8, 2048, 28, 4)]
 
+# rows of the small-group split tile (groups 1-2, a power-of-two token row), planned by `auto`
+SMALL_GROUP = [(1, 8192, 32, 32), (1, 32768, 32, 32), (1, 131072, 32, 32), (1, 16384, 32, 32), (2, 8192, 32, 32),
+               (1, 8192, 16, 16), (1, 131072, 8, 8), (1, 16384, 32, 16), (8, 4096, 32, 32)]
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -112,6 +121,8 @@ VARIANTS = {
                                      ("8 blocks", dict(COMBINE_WIDE=(256, 8)), False)]),
     "combinewide128": ("widecombine", [("256 x 4 warps", dict(COMBINE_WIDE=(256, 4)), False),
                                        ("128 x 1 warp", dict(COMBINE_WIDE=(128, 4)), False)]),
+    "sgstages": ("smallgroup", [("3 stages", dict(SMALL_GROUP_SPLIT_TILE=dict(BLOCK_N=64, num_stages=3)), False),
+                                ("2 stages", dict(SMALL_GROUP_SPLIT_TILE=dict(BLOCK_N=64, num_stages=2)), False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
 PLAN_SETS = {"combinewarps", "combinewide8"}
@@ -165,6 +176,8 @@ def rows(shapes):
                   Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2"),
                   Row([30, 400, 2, 90], 12, 12, table_tokens=SERVING_TABLE_TOKENS, label="4x2..400 12/12 T131072")]
         return own + big + uneven
+    if shapes == "smallgroup":
+        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in SMALL_GROUP]
     if shapes == "widecombine":
         return [Row([s] * b, hq, hkv) for b, s, hq, hkv in WIDE_COMBINE]
     if shapes == "small":

@@ -182,8 +182,11 @@ COMBINE_ONE_WARP_MAX = 4096
 # partial tile for groups < 4 in split-K when a token row (Hkv * D * itemsize bytes) is a power of two; None: off.
 # H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
 # 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement;
-# with the planned partials capped at 4 per SM still 4-5% slower, sweeps/sg12-235fde1)
-SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3)
+# with the planned partials capped at 4 per SM still 4-5% slower, sweeps/sg12-235fde1). Two stages, not three: the
+# plan's fixed splits, H200 (scripts/fused_fixed_probe.py --tile 64,2 at d92191e, h200-2026-11-28/sg-stages-d92191e)
+# faster on 17 of 19 rows of groups 1-2, 1 x 2048 32/32 14.2 -> 12.7 us, 1 x 16384 32/32 69.2 -> 67.1, 1 x 8192
+# 16/16 22.3 -> 21.1, 1 x 131072 32/32 504.1 -> 503.0; 1 x 8192 32/32 37.0 -> 37.2 and 38.1 -> 36.9
+SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=2)
 # ...and the other groups < 4 (the "mha" tile class: 128 tokens, 2 stages) one stage deeper, for plan_decode's fixed
 # splits of long MHA rows (tile class "mha_long"; the rule and what it bought: plan.MHA_LONG_MIN_TOKENS): the same
 # 72 KB of shared memory and 3 programs per SM (152 registers against 121 on sm_90), a third tile of loads in flight.
