@@ -5,7 +5,7 @@ rotated out of L2). Writes $OUT/table.jsonl, prints a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
                                      inlinefused | combinewarps | combinewide8 | combinewide128 |
-                                     sgstages]
+                                     sgstages | mhafused]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -26,6 +26,9 @@ kernel wait for that kernel only before its merge: slower on 13 of 15 rows, not 
 17-64 sequences (``INLINE_FUSED_MAX_BATCH`` 16, 32 or 64). inlinelong: the inlinefused rows with the combine after an
 in-place plan run for every sequence (all) or for those that can have more than FUSED_MAX_CHUNKS chunks
 (``COMBINE_LONG_ONLY``; at 337168d a knob of its own for the in-place plans).
+
+mhafused: the plan on rows of the "mha" tile class with few (sequence, row) pairs, their fixed splits merged by the
+combine launch or in the last split program (``triton_splitk.FIXED_MERGE_MHA_ANY_PAIRS``).
 
 sgstages: `auto` on rows of the small-group split tile (``SMALL_GROUP_SPLIT_TILE``) with 3 or 2 stages.
 (At bd8443c a set "mergewide" timed the plan's fixed splits of one MHA row merged in the last split program with one
@@ -92,6 +95,13 @@ WIDE_COMBINE = [(4, 16384, 12, 12), (1, 65536, 12, 12), (1, 131072, 12, 12), (1,
 SMALL_GROUP = [(1, 8192, 32, 32), (1, 32768, 32, 32), (1, 131072, 32, 32), (1, 16384, 32, 32), (2, 8192, 32, 32),
                (1, 8192, 16, 16), (1, 131072, 8, 8), (1, 16384, 32, 16), (8, 4096, 32, 32)]
 
+# fixed splits of the "mha" tile class (12/12, 40/40, 24/12) that the plan merged by the combine launch for want of
+# (sequence, row) pairs: S 2-4, long and short sequences; and two controls that do not change
+MHA_FUSED = [(6, 8192, 12, 12), (8, 8192, 12, 12), (2, 8192, 40, 40), (8, 16384, 12, 12), (8, 32768, 12, 12),
+             (2, 32768, 40, 40), (1, 256, 12, 12), (1, 512, 12, 12), (2, 512, 12, 12), (4, 512, 12, 12),
+             (1, 512, 40, 40), (2, 1024, 40, 40), (1, 512, 24, 12), (2, 512, 24, 12), (4, 512, 24, 12),
+             (16, 4096, 12, 12), (4, 16384, 12, 12)]  # fmt: skip
+
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
 # flashdecode.api's, any other triton_splitk's
 VARIANTS = {
@@ -123,9 +133,11 @@ VARIANTS = {
                                        ("128 x 1 warp", dict(COMBINE_WIDE=(128, 4)), False)]),
     "sgstages": ("smallgroup", [("3 stages", dict(SMALL_GROUP_SPLIT_TILE=dict(BLOCK_N=64, num_stages=3)), False),
                                 ("2 stages", dict(SMALL_GROUP_SPLIT_TILE=dict(BLOCK_N=64, num_stages=2)), False)]),
+    "mhafused": ("mhafused", [("combine", dict(FIXED_MERGE_MHA_ANY_PAIRS=False), False),
+                              ("merged", dict(FIXED_MERGE_MHA_ANY_PAIRS=True), False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
-PLAN_SETS = {"combinewarps", "combinewide8"}
+PLAN_SETS = {"combinewarps", "combinewide8", "mhafused"}
 
 
 def rows(shapes):
@@ -176,6 +188,8 @@ def rows(shapes):
                   Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2"),
                   Row([30, 400, 2, 90], 12, 12, table_tokens=SERVING_TABLE_TOKENS, label="4x2..400 12/12 T131072")]
         return own + big + uneven
+    if shapes == "mhafused":
+        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in MHA_FUSED]
     if shapes == "smallgroup":
         return [Row([s] * b, hq, hkv) for b, s, hq, hkv in SMALL_GROUP]
     if shapes == "widecombine":

@@ -163,6 +163,24 @@ def test_fixed_splits_merged_in_the_last_program(device, small_gpu):
     assert max_err(out, combined[0]) <= 1e-6 and lse_err(lse, combined[1]) <= 1e-6
 
 
+def test_mha_fixed_splits_merge_in_the_last_program_with_few_pairs(device, monkeypatch):
+    """FIXED_MERGE_MHA_ANY_PAIRS: fixed splits of the "mha" tile class (3/3 heads of dim 64: a 384-byte token row)
+    merge in the last split program although 3 (sequence, row) pairs are fewer than the 8 SMs; those of the
+    small-group tile (4/4 heads: 512 bytes, a power of two) keep the combine launch, as the "mha" class does with the
+    knob off. Each plan's output within the reference's tolerance (NaN-filled out and lse), counters back at zero."""
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 8)
+    mha = case([512], 3, 3, 64, 16, torch.bfloat16, device, seed=5, extra_table_columns=20)
+    small_group = case([256], 4, 4, 64, 16, torch.bfloat16, device, seed=6, extra_table_columns=20)
+    plans = [plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table) for c in (mha, small_group)]
+    assert [(p.num_splits, p.counters is not None) for p in plans] == [(4, True), (4, False)], plans
+    monkeypatch.setattr(triton_splitk, "FIXED_MERGE_MHA_ANY_PAIRS", False)
+    off = plan_decode(mha.q, mha.k_cache, mha.cache_seqlens, mha.block_table)
+    assert off.num_splits == 4 and off.counters is None, off.reason
+    for c, p in ((mha, plans[0]), (small_group, plans[1]), (mha, off)):
+        _run_checked(c, p, torch.bfloat16)
+    assert int(plans[0].counters.abs().sum()) == 0
+
+
 @pytest.mark.parametrize("splits", [2, 3, 8])
 def test_fixed_splits_merged_in_the_last_program_match_the_combine(splits, device):
     """decode_splitk(counters=...) merges S fixed splits in the last split program: all at once up to

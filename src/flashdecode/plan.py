@@ -313,7 +313,7 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     # one length for all: where each split starts is known before the kernels read it (a window's start is not)
     hint = visible[0] if window is None and len(set(visible)) == 1 else 0
     counters = None
-    if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, k, sms):
+    if splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, k, sms, tile):
         # the last split program of each (sequence, KV head, head block) merges them and zeroes its counter again
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         reason += ", merged in the last split program"

@@ -219,6 +219,14 @@ FUSED_EXPECTED_CHUNKS = 8
 # 16 x 4096 12/2 22.5 -> 23.7, 8 x 4096 28/4 22.9 -> 23.7, 4 x 4096 32/8 22.6 -> 23.4, 8 x 1024 28/4 9.9 -> 10.4,
 # 12 x 2048 12/2 12.5 -> 12.7, 16 x 2048 28/4 23.9 -> 24.0 (was 8 until then)
 FIXED_MERGE_MAX_SPLITS = 4
+# ...and fixed splits of the "mha" tile class (groups < 4 whose token row is not a power of two: 12/12, 40/40) merge
+# there whatever the number of (sequence, row) pairs: a last program merges at most 3 rows. H200 (scripts/
+# gpu_fused_mha.sh at a048844, the plan's S with the combine launch -> merged in the last split program, two runs):
+# 6 x 8192 12/12 S 4 76.0 -> 74.9 and 75.9 -> 74.7 us, 8 x 8192 12/12 96.7 -> 95.3 and 96.6 -> 95.5, 2 x 8192 40/40
+# 81.8 -> 80.8 and 81.7 -> 80.6; at S 8 a tie (4 x 16384 12/12 96.0 -> 95.9, 3 x 8192 40/40 122.5 -> 122.4), so
+# FIXED_MERGE_MAX_SPLITS stays. The small-group tile (power-of-two token rows) lost: 4 x 8192 32/32 S 4 123.8 -> 124.6,
+# 2 x 8192 32/32 S 8 65.2 -> 66.4, 8 x 8192 8/8 S 8 65.6 -> 66.6. False: the pairs rule for every tile class
+FIXED_MERGE_MHA_ANY_PAIRS = True
 # plan_decode's fixed splits of PREFETCH_TILE (32 tokens, groups of 4-16 at head dim 128) take at least this many tiles
 # each: a planned cut into shorter chunks is halved while B * Hkv * head blocks * S/2 still gives every SM a program.
 # The planner's cut (its wave floor) prices a half-full SM as a full one; fixed splits, with no per-program plan, pay
@@ -1455,11 +1463,15 @@ def capacity_splits(
     return fixed_split_count(cdiv(max_tokens, chunk), chunk, cfg, batch * num_kv_heads * head_blocks, num_sms)
 
 
-def merge_fixed_in_partial(batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int) -> bool:
+def merge_fixed_in_partial(
+    batch: int, q_len: int, num_q_heads: int, num_splits: int, num_sms: int, tile: str | None = None
+) -> bool:
     """Whether fixed splits should merge in the last split program (``decode_splitk(counters=...)``) rather than in
-    a combine launch: few splits a sequence (FIXED_MERGE_MAX_SPLITS) and (sequence, row) pairs for every SM."""
+    a combine launch: few splits a sequence (FIXED_MERGE_MAX_SPLITS) and (sequence, row) pairs for every SM, or
+    any number of pairs for the "mha" tile class (``tile``, split_config's; FIXED_MERGE_MHA_ANY_PAIRS)."""
     few = 1 < num_splits <= FIXED_MERGE_MAX_SPLITS
-    return FUSED_COMBINE and few and batch * q_len * num_q_heads >= num_sms
+    pairs = batch * q_len * num_q_heads >= num_sms or (FIXED_MERGE_MHA_ANY_PAIRS and tile in ("mha", "mha_long"))
+    return FUSED_COMBINE and few and pairs
 
 
 def inline_block_b(batch: int) -> int:
