@@ -5,7 +5,7 @@ rotated out of L2). Writes $OUT/table.jsonl, prints a table.
 
     python scripts/variant_probe.py [cut | capacity | capacity4k | capacityfeat | exit | combineblock | smallblock |
                                      inlinefused | combinewarps | combinewide8 | combinewide128 |
-                                     sgstages | mhafused | guess]
+                                     sgstages | mhafused]
 
 cut: the device cut counted in int64 (``triton_splitk.NARROW_CUT`` off: a 64-bit division on every program's
 path), in int32 where the shapes allow (on), and in int32 with the candidates sized from the row's longest sequence
@@ -27,11 +27,12 @@ kernel wait for that kernel only before its merge: slower on 13 of 15 rows, not 
 in-place plan run for every sequence (all) or for those that can have more than FUSED_MAX_CHUNKS chunks
 (``COMBINE_LONG_ONLY``; at 337168d a knob of its own for the in-place plans).
 
-guess: the plan on anchor rows whose first kernel is the single pass or fixed splits of the prefetching tile, with the
-length and first page ids loaded after the PDL wait or guessed before it (``triton_common.SPECULATE_FIRSTS``).
-
 mhafused: the plan on rows of the "mha" tile class with few (sequence, row) pairs, their fixed splits merged by the
 combine launch or in the last split program (``triton_splitk.FIXED_MERGE_MHA_ANY_PAIRS``).
+
+(At 79aa6a4 a set "guess" timed the plan on ten anchor rows with a chained call's first kernel loading its length and
+first page ids after the PDL wait or guessing them before it, checked after: no row faster, 8 x 2048 28/4 12.6 ->
+13.0 us, 64 x 4096 32/8 245.9 -> 247.9; reverted, docs/design.md.)
 
 sgstages: `auto` on rows of the small-group split tile (``SMALL_GROUP_SPLIT_TILE``) with 3 or 2 stages.
 (At bd8443c a set "mergewide" timed the plan's fixed splits of one MHA row merged in the last split program with one
@@ -58,7 +59,7 @@ import sys
 
 from table_probe import report
 
-from flashdecode import api, launcher, triton_common, triton_splitk
+from flashdecode import api, launcher, triton_splitk
 from flashdecode.bench import SERVING_TABLE_TOKENS, Row, run_rows
 
 SHAPES = [(1, 512, 12, 12), (4, 1024, 12, 12), (16, 1024, 12, 12), (16, 4096, 12, 12), (64, 1024, 12, 2),
@@ -105,13 +106,8 @@ MHA_FUSED = [(6, 8192, 12, 12), (8, 8192, 12, 12), (2, 8192, 40, 40), (8, 16384,
              (1, 512, 40, 40), (2, 1024, 40, 40), (1, 512, 24, 12), (2, 512, 24, 12), (4, 512, 24, 12),
              (16, 4096, 12, 12), (4, 16384, 12, 12)]  # fmt: skip
 
-# the anchor rows whose plan launches the single pass or fixed splits of the prefetching tile first (guessed before
-# the PDL wait or not), small and large
-GUESS = [(1, 128, 28, 4), (8, 128, 28, 4), (1, 2048, 28, 4), (8, 2048, 28, 4), (256, 256, 12, 2), (64, 1024, 12, 2),
-         (16, 4096, 12, 2), (4, 16384, 12, 2), (1, 65536, 12, 2), (64, 4096, 32, 8)]
-
 # {set: (rows, [(column, {constant: value}, candidates from the longest sequence)]); a constant "api.NAME" is
-# flashdecode.api's, "common.NAME" triton_common's, any other triton_splitk's
+# flashdecode.api's, any other triton_splitk's
 VARIANTS = {
     "cut": ((SHAPES, CONTROLS), [("int64", dict(NARROW_CUT=False), False), ("int32", dict(NARROW_CUT=True), False),
                                  ("i32 fit", dict(NARROW_CUT=True), True)]),
@@ -143,11 +139,9 @@ VARIANTS = {
                                 ("2 stages", dict(SMALL_GROUP_SPLIT_TILE=dict(BLOCK_N=64, num_stages=2)), False)]),
     "mhafused": ("mhafused", [("combine", dict(FIXED_MERGE_MHA_ANY_PAIRS=False), False),
                               ("merged", dict(FIXED_MERGE_MHA_ANY_PAIRS=True), False)]),
-    "guess": ("guess", [("after wait", {"common.SPECULATE_FIRSTS": False}, False),
-                        ("guessed", {"common.SPECULATE_FIRSTS": True}, False)]),
 }  # fmt: skip
 # sets whose variants time the plan (``plan_decode``) instead of ``auto``
-PLAN_SETS = {"combinewarps", "combinewide8", "mhafused", "guess"}
+PLAN_SETS = {"combinewarps", "combinewide8", "mhafused"}
 
 
 def rows(shapes):
@@ -198,8 +192,6 @@ def rows(shapes):
                   Row([20000, 500, 3000, 64], 12, 2, label="4x64..20000 12/2"),
                   Row([30, 400, 2, 90], 12, 12, table_tokens=SERVING_TABLE_TOKENS, label="4x2..400 12/12 T131072")]
         return own + big + uneven
-    if shapes == "guess":
-        return [Row([s] * b, hq, hkv) for b, s, hq, hkv in GUESS]
     if shapes == "mhafused":
         return [Row([s] * b, hq, hkv) for b, s, hq, hkv in MHA_FUSED]
     if shapes == "smallgroup":
@@ -219,8 +211,6 @@ def rows(shapes):
 
 
 def module_of(constant):
-    if constant.startswith("common."):
-        return triton_common, constant[7:]
     return (api, constant[4:]) if constant.startswith("api.") else (triton_splitk, constant)
 
 

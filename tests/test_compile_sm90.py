@@ -71,17 +71,6 @@ for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_T
               dict(NUM_SPLITS=3, **PREFETCH, **FEATURES, EARLY_PAGES=True)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
-# a chained call's first kernel guesses its length and first page ids before the wait (GUESS): loads through L2 there
-def guess_before_wait(ptx):
-    return -1 < ptx.find("ld.global.cg") < ptx.find("griddepcontrol.wait")
-
-
-for extra in (dict(NUM_SPLITS=4, **PREFETCH, EARLY_PAGES=True, GUESS=True),
-              dict(NUM_SPLITS=4, **PREFETCH, EARLY_PAGES=True, GUESS=True, FUSED_MAX=64)):
-    ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
-    assert guess_before_wait(ptx), extra
-ptx = compile_sm90(triton_single._decode_single_kernel, {**BASE, **PREFETCH, "EARLY_PAGES": True, "GUESS": True})
-assert guess_before_wait(ptx.asm["ptx"])
 # the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2
 for extra in (dict(NUM_SPLITS=0, FUSED_MAX=64), dict(NUM_SPLITS=0, FUSED_MAX=64, Q_LEN=4, HEAD_BLOCKS=2, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
@@ -175,9 +164,6 @@ variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, **inline)
 # fixed splits of that tile merged in the last split program, their first page ids loaded before the lengths or not
 variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, NUM_SPLITS=8, FUSED_MAX=64, EARLY_PAGES=early))
              for g in (4, 6, 7) for early in (False, True)]
-# ...and guessed before the PDL wait (a chained call's first kernel)
-variants += [(g, dict(BLOCK_N=32, LOG2_BLOCK_N=5, PREFETCH_PAGES=True, NUM_SPLITS=8, FUSED_MAX=fused, EARLY_PAGES=True,
-                      GUESS=True)) for g in (4, 6, 7) for fused in (0, 64)]
 for group, extra in variants:
     consts = {**{p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}, **BASE, "GROUP": group,
               **extra}

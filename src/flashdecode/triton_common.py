@@ -312,11 +312,6 @@ PREFETCH_DEEP_TILE = dict(BLOCK_N=32, num_stages=4, PREFETCH_PAGES=True)
 # Measured in docs/design.md, "The first page ids before the lengths". FLASHDECODE_EARLY_PAGES=0 (or False here,
 # then launcher.clear()): after the lengths, as before
 EARLY_PAGES = os.environ.get("FLASHDECODE_EARLY_PAGES", "1") != "0"
-# ...and a call's first kernel chained with PDL (``chain_pdl``) loads them, and its length, before its wait as well
-# (``guess_firsts``): what the K/V loads after the wait need is then in registers, and the same loads after the wait
-# check it (``guess_held``); a program whose guess no longer holds attends again. The single pass and a plan's fixed
-# splits of a uniform batch (docs/design.md, "Guessing the first loads before the wait"). False: after the wait
-SPECULATE_FIRSTS = True
 # GQA groups of 4-16, one query token, 16-bit cache, head dims other than 128: a deeper tile without the page-id
 # prefetch. H200, 64 x 4096 32/8 (scripts/pipeline_probe.py dims, graph µs, single pass / planned split / 1 x 8192):
 # head_dim 64: 128 tokens, 2 stages 127.0 / 129.4 / 12.3 against the 64-token, 3-stage tile's 144.5 / 189.5 / 12.4
@@ -358,12 +353,6 @@ def tile_programs_per_sm(cfg: dict, single_programs: int = 0, num_sms: int | Non
     if one_wave and FP8_LONG_PROGRAMS_PER_SM * num_sms < single_programs <= FP8_LONG_ONE_WAVE * num_sms:
         return FP8_LONG_ONE_WAVE
     return FP8_LONG_PROGRAMS_PER_SM
-
-
-def guess_before_wait(cfg: dict, features, chained: bool) -> bool:
-    """Whether a call's first kernel guesses its length and first page ids before its PDL wait
-    (``SPECULATE_FIRSTS``): chained (``chain_pdl``) and loading the page ids before the lengths anyway."""
-    return bool(SPECULATE_FIRSTS and chained and pages_before_lengths(cfg, features))
 
 
 def pages_before_lengths(cfg: dict, features) -> bool:
@@ -763,25 +752,6 @@ def first_page_ids(BLOCK_ROW, stride_btp, first, limit, PAGE_SIZE: tl.constexpr,
     sequence are read then, but never dereferenced: the K/V loads mask by the length."""
     offs = first + tl.arange(0, BLOCK_N)
     return tl.load(BLOCK_ROW + (offs.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs < limit, other=0)
-
-
-@triton.jit
-def guess_firsts(SEQLEN, BLOCK_ROW, stride_btp, first, limit, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Before the PDL wait: (length at SEQLEN, ``first_page_ids`` of a block-table row) as they are now. A kernel
-    still running before this one may yet write them, so they are a guess, which ``guess_held`` checks against the
-    same loads after the wait. Loaded through L2 only (".cg"): no line of them stays in this SM's L1, where a load
-    after the wait could find it (L2 is where the other kernel's writes land)."""
-    seqlen = tl.load(SEQLEN, cache_modifier=".cg")
-    offs = first + tl.arange(0, BLOCK_N)
-    pages = tl.load(BLOCK_ROW + (offs.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs < limit, other=0,
-                    cache_modifier=".cg")  # fmt: skip
-    return seqlen, pages
-
-
-@triton.jit
-def guess_held(guess_len, guess_pages, seqlen, pages):
-    """Whether ``guess_firsts``'s length and page ids are those loaded after the wait ([BLOCK_N] pages)."""
-    return (guess_len == seqlen) & (tl.max((guess_pages != pages).to(tl.int32), axis=0) == 0)
 
 
 @triton.jit

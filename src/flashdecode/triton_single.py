@@ -32,9 +32,6 @@ from .triton_common import (
     dot_in_fp32,
     even_batch,
     first_page_ids,
-    guess_before_wait,
-    guess_firsts,
-    guess_held,
     launch_config,
     let_next_start,
     longest_first,
@@ -118,18 +115,10 @@ def _decode_single_kernel(
     EVEN_SPAN: tl.constexpr = 0,
     table_tokens=0,
     EARLY_PAGES: tl.constexpr = False,
-    GUESS: tl.constexpr = False,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
-    if GUESS:
-        # (with EARLY_PAGES, in sequence order, not a dual path) the length and first page ids as they are before
-        # the wait, for the first K/V loads to issue as soon as it returns; checked below
-        guess_len, guess_pages = guess_firsts(
-            SEQLENS + tl.program_id(1).to(tl.int64) * stride_sl, BLOCK_TABLE + tl.program_id(1).to(tl.int64) * stride_btb,
-            stride_btp, 0, table_tokens, PAGE_SIZE, BLOCK_N,
-        )  # fmt: skip
     # a call's first kernel (``chain_pdl``): the kernels before it have finished
     wait_for_previous(USE_PDL)
     if EVEN_B:
@@ -162,30 +151,15 @@ def _decode_single_kernel(
             # under the tail gate an even batch of long sequences is ours only before tail_first (planned_from)
             if not (even & (short | (seq < tail_first))):
                 return
-    use_len, use_pages = seqlen, early_pages
-    if GUESS:
-        use_len, use_pages = guess_len, guess_pages
     out, lse = attend_group(
-        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, use_len,
-        window_start(use_len, window, HAS_WINDOW, Q_LEN), use_len, qk_scale,
+        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
+        window_start(seqlen, window, HAS_WINDOW, Q_LEN), seqlen, qk_scale,
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
-        0, use_pages, EARLY_PAGES and not LONGEST_B,
+        0, early_pages, EARLY_PAGES and not LONGEST_B,
     )  # fmt: skip
-    if GUESS:
-        if not guess_held(guess_len, guess_pages, seqlen, early_pages):
-            # the kernel before this one changed them: again with what it left
-            out, lse = attend_group(
-                Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
-                window_start(seqlen, window, HAS_WINDOW, Q_LEN), seqlen, qk_scale,
-                stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
-                stride_btp, ALIBI, K_SCALE, V_SCALE, softcap, window,
-                GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-                HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
-                0, early_pages, True,
-            )  # fmt: skip
     if not EVEN_B:
         # the call's last kernel: the next call's first one may start when every program is here, not before (started
         # at the top, its waiting programs slowed this grid: H200, 64 x 4096 32/8 248 -> 283 us)
@@ -295,7 +269,6 @@ def decode_single(
         OFFS_I32=cache_offsets_fit_int32(k_cache, v_cache),
         V_T=v_token_major(v_cache),
         table_tokens=block_table.shape[1] * page_size, EARLY_PAGES=pages_before_lengths(cfg, features),
-        GUESS=guess_before_wait(cfg, features, chain) and not ordered,
         LONGEST_B=next_power_of_2(batch) if ordered else 0,
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
         programs_per_sm=tile_programs_per_sm(cfg, programs, num_sms),

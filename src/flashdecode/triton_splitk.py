@@ -77,9 +77,6 @@ from .triton_common import (
     even_lengths,
     even_test,
     first_page_ids,
-    guess_before_wait,
-    guess_firsts,
-    guess_held,
     group_rows,
     launch_config,
     let_next_start,
@@ -794,7 +791,6 @@ def _partial_kernel(
     table_tokens=0,
     len_hint=0,
     EARLY_PAGES: tl.constexpr = False,
-    GUESS: tl.constexpr = False,
 ):
     first_seq = 0
     if EVEN_B:
@@ -817,15 +813,6 @@ def _partial_kernel(
         num_head_ids = tl.num_programs(1)
     kv_head = head_id // HEAD_BLOCKS
     head_block = head_id % HEAD_BLOCKS
-    if GUESS:
-        # (fixed mode with EARLY_PAGES, the call's first kernel) the length and first page ids as they are before
-        # the wait, for the first K/V loads to issue as soon as it returns; checked below
-        guess_seq = tl.minimum(chunk_id // NUM_SPLITS, batch - 1).to(tl.int64)
-        guess_first, _ = chunk_bounds(0, len_hint, chunk_id % NUM_SPLITS, NUM_SPLITS, 0, BLOCK_N, True)
-        guess_len, guess_pages = guess_firsts(
-            SEQLENS + guess_seq * stride_sl, BLOCK_TABLE + guess_seq * stride_btb, stride_btp, guess_first,
-            table_tokens, PAGE_SIZE, BLOCK_N,
-        )  # fmt: skip
     # planned mode: launched while the planner (or the counters' zeroing kernel) runs; fixed mode or in place
     # without the fused merge: the call's first kernel
     wait_for_previous(USE_PDL)
@@ -863,29 +850,14 @@ def _partial_kernel(
     if seq >= batch:
         return
     seq = seq.to(tl.int64)
-    use_len, use_start, use_end, use_pages = seqlen, start, end, early_pages
-    if GUESS:
-        use_len, use_pages = guess_len, guess_pages
-        use_start, use_end = chunk_bounds(0, guess_len, chunk_id % NUM_SPLITS, NUM_SPLITS, 0, BLOCK_N, True)
     out, lse = attend_group(
-        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, use_len, use_start, use_end, qk_scale,
+        Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
         stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_btp,
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
-        early_first, use_pages, EARLY_PAGES,
+        early_first, early_pages, EARLY_PAGES,
     )  # fmt: skip
-    if GUESS:
-        if not guess_held(guess_len, guess_pages, seqlen, early_pages):
-            # the kernel before this one changed them: again with what it left
-            out, lse = attend_group(
-                Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen, start, end, qk_scale,
-                stride_qb, stride_qt, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh,
-                stride_btp, ALIBI, K_SCALE, V_SCALE, softcap, window,
-                GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
-                HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
-                early_first, early_pages, EARLY_PAGES,
-            )  # fmt: skip
     if LAST:
         # no combine follows: the next call's first kernel may start when every program is here (as the single pass)
         let_next_start(USE_PDL)
@@ -1713,9 +1685,6 @@ def decode_splitk(
     natural = features.softcap is not None or features.alibi_slopes is not None
     # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
     heads_first = tile in PARTIAL_HEADS_FIRST and (FIXED_HEADS_FIRST or not fixed)
-    # fixed splits of a plan's uniform length load their first page ids before the lengths (and with the call
-    # chained, before the wait: GUESS)
-    early = pages_before_lengths(cfg, features) and bool(fixed) and len_hint > 0 and not split_tokens
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     launch(
         _partial_kernel, grid,
@@ -1740,8 +1709,7 @@ def decode_splitk(
         V_T=v_token_major(v_cache), LAST=not combine, HOST_TABLE=host, EQUAL=bool(inline) and PLANNER_EQUAL,
         INLINE_EXIT=bool(inline) and INLINE_EXIT and not heads_first,
         table_tokens=block_table.shape[1] * page_size, len_hint=len_hint,
-        EARLY_PAGES=early,
-        GUESS=early and guess_before_wait(cfg, features, chain),
+        EARLY_PAGES=pages_before_lengths(cfg, features) and bool(fixed) and len_hint > 0 and not split_tokens,
         # the planned grid's unused slots would let ptxas's spare registers pile its programs onto fewer SMs; fixed
         # splits keep their tile's occupancy (tile_programs_per_sm)
         programs_per_sm=tile_programs_per_sm(cfg) if fixed else saturation,
