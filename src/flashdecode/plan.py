@@ -19,9 +19,8 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
   ``triton_splitk.FIXED_MIN_SPLIT_TILES`` tiles and every SM keeps a program; k = 1: the single pass. With few
   splits and many (sequence, row) pairs, or few splits of the MHA tile (``triton_splitk.merge_fixed_in_partial``),
   the plan also holds zeroed counters, and the last split program of each sequence and head merges the splits (no
-  combine launch). An fp8
-  cache's splits take the single pass's 128-token tile (``FP8_LONG_MIN_TOKENS``), and long MHA rows' fixed splits
-  a deeper MHA tile (``MHA_LONG_MIN_TOKENS``): ``DecodePlan.long_tile``;
+  combine launch). An fp8 cache's splits take the single pass's 128-token tile (``FP8_LONG_MIN_TOKENS``), and long
+  MHA rows' fixed splits a deeper MHA tile (``MHA_LONG_MIN_TOKENS``): ``DecodePlan.long_tile``;
 * an uneven batch without a window (HOST_TABLE): the split-K kernels with a cut made here (``host_cut``): each
   sequence in chunks of equal length, the chunk length chosen for the fewest estimated µs, chunks dispatched longest
   first; the table rides in the plan (no planner launch), and with few chunks a sequence the last chunk program merges

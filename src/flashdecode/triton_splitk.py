@@ -221,7 +221,7 @@ FUSED_EXPECTED_CHUNKS = 8
 FIXED_MERGE_MAX_SPLITS = 4
 # ...and fixed splits of the "mha" tile class (groups < 4 whose token row is not a power of two: 12/12, 40/40) merge
 # there whatever the number of (sequence, row) pairs: a last program merges at most 3 rows. H200 (scripts/
-# gpu_fused_mha.sh at a048844, the plan's S with the combine launch -> merged in the last split program, two runs):
+# gpu_fused_rows.sh mha at a048844, the plan's S with the combine launch -> merged in the last split program, two runs):
 # 6 x 8192 12/12 S 4 76.0 -> 74.9 and 75.9 -> 74.7 us, 8 x 8192 12/12 96.7 -> 95.3 and 96.6 -> 95.5, 2 x 8192 40/40
 # 81.8 -> 80.8 and 81.7 -> 80.6; at S 8 a tie (4 x 16384 12/12 96.0 -> 95.9, 3 x 8192 40/40 122.5 -> 122.4), so
 # FIXED_MERGE_MAX_SPLITS stays. The small-group tile (power-of-two token rows) lost: 4 x 8192 32/32 S 4 123.8 -> 124.6,
@@ -1468,9 +1468,10 @@ def merge_fixed_in_partial(
 ) -> bool:
     """Whether fixed splits should merge in the last split program (``decode_splitk(counters=...)``) rather than in
     a combine launch: few splits a sequence (FIXED_MERGE_MAX_SPLITS) and (sequence, row) pairs for every SM, or
-    any number of pairs for the "mha" tile class (``tile``, split_config's; FIXED_MERGE_MHA_ANY_PAIRS)."""
+    any number of pairs for the "mha" tile class (``tile``: the class of the cut, ``fixed_cut``'s;
+    FIXED_MERGE_MHA_ANY_PAIRS)."""
     few = 1 < num_splits <= FIXED_MERGE_MAX_SPLITS
-    pairs = batch * q_len * num_q_heads >= num_sms or (FIXED_MERGE_MHA_ANY_PAIRS and tile in ("mha", "mha_long"))
+    pairs = batch * q_len * num_q_heads >= num_sms or (FIXED_MERGE_MHA_ANY_PAIRS and tile == "mha")
     return FUSED_COMBINE and few and pairs
 
 
