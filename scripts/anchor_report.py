@@ -2,8 +2,9 @@
 SGLang's and vLLM's Triton kernels where the run had them) and against the best peer time in ../shared/PERF.md,
 optionally before / after against an earlier results.json. Prints a markdown table, the geometric means and the
 rows more than 5% slower than before; then the same for the eager column (host time included: what a caller
-without CUDA graphs sees); then, given a ``--warm-l2`` run, its rows against PERF.md and the anchor geomean with each row
-timed as PERF.md timed it (its rows under the 60 MB L2 warm, the others rotated: ``perf_conditions``); then, with ``--floor``, each
+without CUDA graphs sees); then, given a ``--warm-l2`` run, its rows against PERF.md and the anchor geomean with
+each row timed as PERF.md timed it (its rows under the 60 MB L2 warm, the others rotated: ``perf_conditions``);
+then, with ``--floor``, each
 anchor row against an ideal kernel's time (the row's bytes at a read ceiling plus a fixed cost per call).
 
     python scripts/anchor_report.py NEW/results.json [OLD/results.json] [--warm WARM/results.json] [--ours auto_plan]
@@ -159,20 +160,22 @@ def perf_conditions(rows, warm_path):
     """The anchor geomean against PERF.md with each row timed as PERF.md timed it: the rows under PERF_L2_MB from the
     ``--warm-l2`` run, the others from the rotated run (``rows``: row -> {backend: µs, "kv_mb": MB})."""
     _, results = load(warm_path)
-    warm = {r["row"]: r["graph_us"] for r in results if r["backend"] == OURS and r.get("graph_us") and r["status"] == "ok"}
+    ok = [r for r in results if r.get("graph_us") and r["status"] == "ok"]
+    warm = {r["row"]: r["graph_us"] for r in ok if r["backend"] == OURS}
     speeds, used = [], []
     for name in ANCHOR_ROWS:
         e = rows.get(name, {})
         small = e.get("kv_mb", PERF_L2_MB) < PERF_L2_MB
         us = warm.get(name) if small else e.get(OURS)
         if us is None:
-            print(f"\nIn PERF.md's conditions: no {'warm' if small else 'rotated'} time for {name}; not computed")
+            print(f"\nIn PERF.md's conditions: no {'warm' if small else 'rotated'} time for {name}: not computed")
             return
         speeds.append(PERF_PEER_US[name] / us)
         used += [f"{name} {us:.1f}"] if small else []
     at_least = sum(1 for s in speeds if s >= 1.0)
     print(f"\nIn PERF.md's conditions (rows under its {PERF_L2_MB} MB L2 warm: {', '.join(used)} µs; the rest "
-          f"rotated): {geomean(speeds):.4f}× PERF.md's best peer over {len(speeds)} rows ({at_least} at least as fast).")
+          f"rotated): {geomean(speeds):.4f}× PERF.md's best peer over {len(speeds)} rows ({at_least} at least as "
+          "fast).")
 
 
 def floor_table(results, ceiling_gbps, fixed_us):
