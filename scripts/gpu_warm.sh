@@ -22,5 +22,7 @@ for i in 1 2; do
 done
 .venv/bin/python scripts/anchor_report.py $OUT/anchor/results.json --ours auto > $OUT/report-auto.md
 rm -f $OUT/*/*.png
+# at most 8 files come back from the device: the result folders and the warm logs travel as one archive
+tar -czf $OUT/results.tar.gz -C $OUT anchor warm-1 warm-2 warm-1.log warm-2.log && rm -rf $OUT/anchor $OUT/warm-?{,.log}
 grep -h -A8 "^Warm L2" $OUT/report-plan-*.md
 grep -h "geomean\|In PERF.md's conditions" $OUT/report-plan-*.md $OUT/report-auto.md
