@@ -125,19 +125,26 @@ def main():
         print("\n" + ("\n".join(slower) if slower else f"No row more than 5% slower than {old_meta['commit']}."))
     eager_table(results, old_results if old else [], before)
     if warm:
-        warm_table(warm)
-        perf_conditions(rows, warm)
+        warm_rows = graph_times(warm)
+        warm_table(warm_rows)
+        perf_conditions(rows, warm_rows)
     if floor:
         floor_table(results, *(float(v) for v in floor.split(",")))
 
 
-def warm_table(path):
-    """A ``--warm-l2`` run (no cache rotation: rows that fit in L2 read it from there) against PERF.md."""
+def graph_times(path):
+    """{row: {backend: graph µs}} of a results.json's rows that ran."""
     _, results = load(path)
     rows = {}
     for r in results:
         if r.get("graph_us") and r["status"] == "ok":
             rows.setdefault(r["row"], {})[r["backend"]] = r["graph_us"]
+    return rows
+
+
+def warm_table(rows):
+    """A ``--warm-l2`` run's ``graph_times`` (no cache rotation: rows that fit in L2 read it from there) against
+    PERF.md."""
     print(f"\nWarm L2 (no rotation), graph µs\n\n| row | {OURS} µs | best peer, same run µs | PERF.md peer µs | "
           "vs same run | vs PERF.md |\n|---|---:|---:|---:|---:|---:|")  # fmt: skip
     for name, e in rows.items():
@@ -156,12 +163,11 @@ def warm_table(path):
 PERF_L2_MB = 60
 
 
-def perf_conditions(rows, warm_path):
+def perf_conditions(rows, warm_rows):
     """The anchor geomean against PERF.md with each row timed as PERF.md timed it: the rows under PERF_L2_MB from the
-    ``--warm-l2`` run, the others from the rotated run (``rows``: row -> {backend: µs, "kv_mb": MB})."""
-    _, results = load(warm_path)
-    ok = [r for r in results if r.get("graph_us") and r["status"] == "ok"]
-    warm = {r["row"]: r["graph_us"] for r in ok if r["backend"] == OURS}
+    ``--warm-l2`` run (``warm_rows``, its ``graph_times``), the others from the rotated run (``rows``: row ->
+    {backend: µs, "kv_mb": MB})."""
+    warm = {name: e[OURS] for name, e in warm_rows.items() if OURS in e}
     speeds, used = [], []
     for name in ANCHOR_ROWS:
         e = rows.get(name, {})

@@ -38,7 +38,7 @@ def test_perf_conditions_take_the_warm_times_of_the_rows_under_l2(report, tmp_pa
     # the warm run also times a large row, 10x faster: it must not be used
     warm = {row: (report.PERF_PEER_US[row] / 2, m) for row, m in mb.items()}
     warm["64x4096 32/8"] = (report.PERF_PEER_US["64x4096 32/8"] / 10, 1073.7)
-    report.perf_conditions(rows, _results(tmp_path / "warm.json", warm))
+    report.perf_conditions(rows, report.graph_times(_results(tmp_path / "warm.json", warm)))
     line = capsys.readouterr().out.strip().splitlines()[-1]
     expected = math.exp(4 * math.log(2.0) / 22)
     assert f"{expected:.4f}× PERF.md's best peer over 22 rows (22 at least as fast)" in line, line
@@ -49,5 +49,5 @@ def test_perf_conditions_name_a_missing_warm_row(report, tmp_path, capsys, monke
     monkeypatch.setattr(report, "OURS", "auto_plan")
     rows = {row: {"auto_plan": us, "kv_mb": 400.0} for row, us in report.PERF_PEER_US.items()}
     rows["8x2048 28/4"]["kv_mb"] = 33.6
-    report.perf_conditions(rows, _results(tmp_path / "warm.json", {}))
+    report.perf_conditions(rows, report.graph_times(_results(tmp_path / "warm.json", {})))
     assert "no warm time for 8x2048 28/4: not computed" in capsys.readouterr().out
