@@ -8,20 +8,25 @@ Per row:
 * ``read/P`` — a Triton kernel streaming the same contiguous bytes with P programs (16 KB loads).
 * ``gather/C`` — the decode access pattern without the math: one program per (chunk of C tokens, KV head) loads the
   block-table entries and the K and V tiles of its chunk, through the row's own random page table, and sums them.
-  C = the planner's chunk, and 2x / 4x it.
-* ``auto`` — decode_attention(backend="auto") on the same row (and ``single``: the single-pass kernel).
+  C = the planner's chunk, and 2x / 4x it; tiles of the decode tile's BLOCK_N and stages, 128 tokens at 2 stages and
+  64 at 4.
+* ``auto`` — decode_attention(backend="auto") on the same row, ``plan`` — with ``plan_decode``'s plan (what the
+  anchor grid's headline column times), and ``single``: the single-pass kernel.
+
+    python scripts/ceiling_probe.py [12/2]     # 12/2: only the 12/2 rows and 8 x 2048 28/4
 """
 
 import itertools
 import json
 import os
+import sys
 
 import torch
 import triton
 import triton.language as tl
 from triton.testing import do_bench_cudagraph
 
-from flashdecode import decode_attention, triton_splitk
+from flashdecode import decode_attention, plan_decode, triton_splitk
 from flashdecode.bench import Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.triton_common import launch_config
@@ -93,7 +98,10 @@ def main():
     print(f"launch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us", flush=True)
     log.write(json.dumps(dict(what="launch", k1=round(launch1, 2), k3=round(launch3, 2))) + "\n")
     table = []
-    for row in ROWS:
+    rows = ROWS
+    if sys.argv[1:] == ["12/2"]:
+        rows = [r for r in ROWS if (r.num_q_heads, r.num_kv_heads) == (12, 2) or r.name() == Row([2048] * 8, 28, 4).name()]
+    for row in rows:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
         kv_bytes = row.kv_bytes()
@@ -124,7 +132,7 @@ def main():
             ch = torch.tensor(chunks, dtype=torch.int32, device="cuda").T.contiguous()
             sink = torch.empty(len(chunks) * row.num_kv_heads, device="cuda")
             cit = itertools.cycle(copies)
-            for bn, stages in ((cfg["BLOCK_N"], cfg["num_stages"]), (128, 2)):
+            for bn, stages in ((cfg["BLOCK_N"], cfg["num_stages"]), (128, 2), (64, 4)):
 
                 def gather():
                     x = next(cit)
@@ -138,6 +146,8 @@ def main():
         cit = itertools.cycle(copies)
         out = torch.empty_like(c.q)
         res["auto"] = graph_us(lambda: decode_attention(*next(cit).args, out=out))
+        decode_plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+        res["plan"] = graph_us(lambda: decode_attention(*next(cit).args, out=out, plan=decode_plan))
         res["single"] = graph_us(
             lambda: decode_single(*next(cit).args, 128**-0.5, out, None)
         )
@@ -149,7 +159,7 @@ def main():
         best_gather = min((v, k) for k, v in res.items() if k.startswith("gather"))
         line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  read {best_read:>6.1f} us "
                 f"({kv_bytes / best_read / 1e3:>5.0f} GB/s)  gather {best_gather[0]:>6.1f} ({best_gather[1]})  "
-                f"auto {res['auto']:>6.1f}  single {res['single']:>6.1f}")  # fmt: skip
+                f"auto {res['auto']:>6.1f}  plan {res['plan']:>6.1f}  single {res['single']:>6.1f}")  # fmt: skip
         table.append(line)
         print(line, flush=True)
     print(f"\nlaunch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us")
