@@ -326,12 +326,6 @@ SINGLE_PASS_HEAD_DIM_TILES = {256: dict(BLOCK_N=64, num_stages=3, num_warps=8, P
 # an fp8 cache's products in fp16 (KV_FP8 = 2: q converted once, saturating at +-65504; K, V tiles fp8 -> fp16, one
 # instruction per two elements on sm_89+) rather than in q's dtype (KV_FP8 = 1: fp8 -> bf16 goes through fp32)
 FP8_DOT_F16 = True
-# ...and an fp8 V tile (head-dim-major pages) converted in registers and handed to the P · V dot as fp16 in shared
-# memory (``v_tile_to``), which the dot reads with ldmatrix.trans; Triton would otherwise convert it in the dot's
-# operand layout, which wants pairs of tokens and so reads the 8-bit tile one byte at a time (128 one-byte shared
-# loads a warp per 128-token tile). sm_90 SASS of the single pass's fp8 tile: 1070 -> 790 instructions a loop
-# iteration, 199 -> 176 registers, 72 -> 104 KB of shared memory (docs/design.md). FLASHDECODE_FP8_V_F16=0: off
-FP8_V_F16_SHARED = tl.constexpr(os.environ.get("FLASHDECODE_FP8_V_F16", "1") != "0")
 # shared memory for the K and V pipeline buffers (BLOCK_N x BLOCK_D x stages x 2 x itemsize), of the 227 KB a block
 # may use on H100/H200, leaving room for the compiler's layout-conversion scratch
 SMEM_BUDGET = 160 * 1024
@@ -718,10 +712,7 @@ def attend_range(
             if KV_FP8:
                 # e4m3 / e5m2 values are exact in bf16 and fp16 (q's dtype: fp16 with KV_FP8 == 2)
                 k = k.to(q.dtype)
-                if FP8_V_F16_SHARED and V_T == 0:
-                    v = v_tile_to(v, q.dtype)
-                else:
-                    v = v.to(q.dtype)
+                v = v.to(q.dtype)
             s = tl.dot(q, tl.trans(k))
         if HAS_SOFTCAP or HAS_ALIBI:
             # natural-scale logits: cap, then the ALiBi bias slope * (key - query position) <= 0, then to log2 units
@@ -751,20 +742,6 @@ def attend_range(
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     return m_i, l_i, acc
-
-
-@triton.jit
-def v_tile_to(v, dtype):
-    """An 8-bit [BLOCK_N, BLOCK_D] V tile converted to dtype so that the P · V dot reads it from shared memory as a
-    16-bit tile (FP8_V_F16_SHARED). The split into the first and last 4 bytes of every 8-byte run and the join after
-    the conversion leave the values where they were, but Triton cannot move the dot's operand layout up through
-    them: it reads the 8-bit tile in 16-byte rows, converts it in registers (each thread's 4-byte runs stay whole, so
-    no byte permutes), stores it as fp16, and the dot loads that with ldmatrix.trans."""
-    BLOCK_N: tl.constexpr = v.shape[0]
-    BLOCK_D: tl.constexpr = v.shape[1]
-    # [BLOCK_N, BLOCK_D // 8, 4, 2] -> two [BLOCK_N, BLOCK_D // 8, 4]
-    lo, hi = tl.split(tl.reshape(v, (BLOCK_N, BLOCK_D // 8, 2, 4)).permute(0, 1, 3, 2))
-    return tl.reshape(tl.join(lo.to(dtype), hi.to(dtype)).permute(0, 1, 3, 2), (BLOCK_N, BLOCK_D))
 
 
 @triton.jit
