@@ -88,6 +88,8 @@ def graph_us(fn):
 
 
 def main():
+    if sys.argv[1:] not in ([], ["12/2"]):
+        sys.exit(f"usage: python scripts/ceiling_probe.py [12/2], got {' '.join(sys.argv[1:])!r}")
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "ceiling.jsonl"), "w")
     l2 = _l2_bytes("cuda")
