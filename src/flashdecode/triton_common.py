@@ -755,20 +755,14 @@ def first_page_ids(BLOCK_ROW, stride_btp, first, limit, PAGE_SIZE: tl.constexpr,
 
 
 @triton.jit
-def group_rows(
-    head_block, kv_head, GROUP: tl.constexpr, Q_LEN: tl.constexpr, BLOCK_H: tl.constexpr, ROWS: tl.constexpr = 0
-):  # fmt: skip
+def group_rows(head_block, kv_head, GROUP: tl.constexpr, Q_LEN: tl.constexpr, BLOCK_H: tl.constexpr):
     """The query rows of one program: (token [BLOCK_H], query head [BLOCK_H], row mask [BLOCK_H]). Row r of the
     KV head's Q_LEN x GROUP rows is token r // GROUP, head kv_head * GROUP + r % GROUP (a token's heads are
-    contiguous in q). ROWS: the rows of a head block when fewer than BLOCK_H (the rest of the tile is padding)."""
-    offs_t = tl.arange(0, BLOCK_H)
-    offs_r = head_block * (ROWS if ROWS else BLOCK_H) + offs_t
-    mask = offs_r < Q_LEN * GROUP
-    if ROWS:
-        mask = mask & (offs_t < ROWS)
+    contiguous in q)."""
+    offs_r = head_block * BLOCK_H + tl.arange(0, BLOCK_H)
     if Q_LEN == 1:
-        return offs_r * 0, kv_head * GROUP + offs_r, mask
-    return offs_r // GROUP, kv_head * GROUP + offs_r % GROUP, mask
+        return offs_r * 0, kv_head * GROUP + offs_r, offs_r < GROUP
+    return offs_r // GROUP, kv_head * GROUP + offs_r % GROUP, offs_r < Q_LEN * GROUP
 
 
 @triton.jit
@@ -801,7 +795,7 @@ def attend_group(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False,
     OFFS_I32: tl.constexpr = False, V_T: tl.constexpr = False, early_first=0, early_pages=0,
-    EARLY_PAGES: tl.constexpr = False, ROWS: tl.constexpr = 0,
+    EARLY_PAGES: tl.constexpr = False,
 ):  # fmt: skip
     """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
     over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
@@ -809,7 +803,7 @@ def attend_group(
     output (out = v_scale * acc / l). V_T: V's pages are token-major (``v_token_major``). early_first, early_pages,
     EARLY_PAGES: the first page ids, loaded before the length (``attend_range``; head-dim-major V only)."""
     offs_d = tl.arange(0, BLOCK_D)
-    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H, ROWS)
+    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
     q = load_q_rows(Q + seq * stride_qb, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM)
     if KV_FP8:
         if SCALE_PTR:
@@ -858,12 +852,12 @@ def attend_group(
 def store_group(
     OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
-    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, ROWS: tl.constexpr = 0,
+    WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr,
 ):  # fmt: skip
     """Write a head block's final rows: out [BLOCK_H, BLOCK_D] in OUT's dtype (padding rows and columns masked), and
     the LSE into the contiguous [B, Q_LEN, Hq] fp32 buffer. A final result is where the sinks join (``add_sink``)."""
     offs_d = tl.arange(0, BLOCK_D)
-    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H, ROWS)
+    row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
     if HAS_SINKS:
         out, lse = add_sink(out, lse, tl.load(SINKS + row_head, mask=mask_h, other=0.0))
     heads = row_head.to(tl.int64)

@@ -115,7 +115,6 @@ def _decode_single_kernel(
     EVEN_SPAN: tl.constexpr = 0,
     table_tokens=0,
     EARLY_PAGES: tl.constexpr = False,
-    HEAD_ROWS: tl.constexpr = 0,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
@@ -159,7 +158,7 @@ def _decode_single_kernel(
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
-        0, early_pages, EARLY_PAGES and not LONGEST_B, HEAD_ROWS,
+        0, early_pages, EARLY_PAGES and not LONGEST_B,
     )  # fmt: skip
     if not EVEN_B:
         # the call's last kernel: the next call's first one may start when every program is here, not before (started
@@ -167,7 +166,7 @@ def _decode_single_kernel(
         let_next_start(USE_PDL)
     store_group(
         OUT, LSE, SINKS, seq, kv_head, head_block, out, lse, stride_ob, stride_ot, stride_oh, num_q_heads,
-        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN, HEAD_ROWS,
+        GROUP, HEAD_DIM, BLOCK_H, BLOCK_D, WRITE_LSE, HAS_SINKS, Q_LEN,
     )  # fmt: skip
 
 
@@ -238,8 +237,7 @@ def decode_single(
     head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     if config:
         cfg.update(config)
-        # HEAD_ROWS (sweeps): head blocks of fewer rows than BLOCK_H, more programs over the same KV head's tokens
-        head_blocks = cdiv(q_len * group, cfg.get("HEAD_ROWS") or cfg["BLOCK_H"])
+        head_blocks = cdiv(q_len * group, cfg["BLOCK_H"])
     # the kernel reads q and out as [B, q_len, Hq, D] (as_rows) through these strides; no view is built
     stride_qb, stride_qt, stride_qh = row_strides(q)
     stride_ob, stride_ot, stride_oh = row_strides(out)
