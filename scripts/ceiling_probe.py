@@ -13,7 +13,11 @@ Per row:
 * ``auto`` — decode_attention(backend="auto") on the same row, ``plan`` — with ``plan_decode``'s plan (what the
   anchor grid's headline column times), and ``single``: the single-pass kernel.
 
+* ``dots/C`` (``dots`` only) — the gather's loads consumed by the decode's two products without the softmax
+  (s = q K^T, acc += s V, q = ones), so that Triton pipelines them through shared memory as in the decode kernels.
+
     python scripts/ceiling_probe.py [12/2]     # 12/2: only the 12/2 rows and 8 x 2048 28/4
+    python scripts/ceiling_probe.py dots       # those rows: gather, dots and the plan (no contiguous reads)
 """
 
 import itertools
@@ -83,13 +87,44 @@ def _gather_kernel(
     tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
 
 
+@triton.jit
+def _gather_dot_kernel(
+    K, V, TABLE, CHUNKS, OUT, stride_kp, stride_kt, stride_kh, stride_bt,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    # _gather_kernel's loads consumed as the decode consumes them, by its two products without the softmax:
+    # s = q K^T [16, BLOCK_N], acc += s V [16, BLOCK_D] (q = ones), so Triton pipelines K and V through shared memory
+    c = tl.program_id(0)
+    n_chunks = tl.num_programs(0)
+    h = tl.program_id(1)
+    seq = tl.load(CHUNKS + c).to(tl.int64)
+    start = tl.load(CHUNKS + n_chunks + c)
+    end = tl.load(CHUNKS + 2 * n_chunks + c)
+    offs_d = tl.arange(0, BLOCK_D)
+    q = (tl.zeros([16, BLOCK_D], tl.float32) + 1.0).to(K.dtype.element_ty)
+    acc = tl.zeros([16, BLOCK_D], tl.float32)
+    k0 = K + h.to(tl.int64) * stride_kh
+    v0 = V + h.to(tl.int64) * stride_kh
+    for t in range(start, end, BLOCK_N):
+        offs_n = t + tl.arange(0, BLOCK_N)
+        mask = offs_n < end
+        page = tl.load(TABLE + seq * stride_bt + offs_n // PAGE_SIZE, mask=mask, other=0).to(tl.int64)
+        off = page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + offs_d[None, :]
+        k = tl.load(k0 + off, mask=mask[:, None], other=0.0)
+        v = tl.load(v0 + off, mask=mask[:, None], other=0.0)
+        s = tl.dot(q, tl.trans(k))
+        acc += tl.dot(s.to(K.dtype.element_ty), v)
+    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
+
+
 def graph_us(fn):
     return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
 
 
 def main():
-    if sys.argv[1:] not in ([], ["12/2"]):
-        sys.exit(f"usage: python scripts/ceiling_probe.py [12/2], got {' '.join(sys.argv[1:])!r}")
+    if sys.argv[1:] not in ([], ["12/2"], ["dots"]):
+        sys.exit(f"usage: python scripts/ceiling_probe.py [12/2 | dots], got {' '.join(sys.argv[1:])!r}")
+    dots = sys.argv[1:] == ["dots"]
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "ceiling.jsonl"), "w")
     l2 = _l2_bytes("cuda")
@@ -101,7 +136,7 @@ def main():
     log.write(json.dumps(dict(what="launch", k1=round(launch1, 2), k3=round(launch3, 2))) + "\n")
     table = []
     rows = ROWS
-    if sys.argv[1:] == ["12/2"]:
+    if sys.argv[1:] in (["12/2"], ["dots"]):
         small = {Row([2048] * 8, 28, 4).name()}
         rows = [r for r in ROWS if (r.num_q_heads, r.num_kv_heads) == (12, 2) or r.name() in small]
     for row in rows:
@@ -114,7 +149,7 @@ def main():
         bufs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(max(1, -(-3 * l2 // kv_bytes)))]
         it = itertools.cycle(bufs)
         res["sum"] = graph_us(lambda: next(it).sum())
-        for progs in (sms, 2 * sms, 4 * sms, 8 * sms):
+        for progs in () if dots else (sms, 2 * sms, 4 * sms, 8 * sms):
             block = 8192
             per = -(-n // progs)
             per = -(-per // block) * block
@@ -146,6 +181,18 @@ def main():
                     )  # fmt: skip
 
                 res[f"gather/{size}/bn{bn}s{stages}"] = graph_us(gather)
+            # dots: the decode's tiles (128 tokens at 3 stages: one program per SM; 64 at 3, 32 at 3 and 4)
+            for bn, stages in ((128, 3), (64, 3), (32, 3), (32, 4)) if dots else ():
+
+                def gather_dot():
+                    x = next(cit)
+                    _gather_dot_kernel[(len(chunks), row.num_kv_heads)](
+                        x.k_cache, x.v_cache, x.block_table, ch, sink, x.k_cache.stride(0), x.k_cache.stride(1),
+                        x.k_cache.stride(2), x.block_table.stride(0), PAGE_SIZE=16, BLOCK_N=bn, BLOCK_D=128,
+                        num_warps=4, num_stages=stages,
+                    )  # fmt: skip
+
+                res[f"dots/{size}/bn{bn}s{stages}"] = graph_us(gather_dot)
         cit = itertools.cycle(copies)
         out = torch.empty_like(c.q)
         res["auto"] = graph_us(lambda: decode_attention(*next(cit).args, out=out))
@@ -160,6 +207,15 @@ def main():
         log.flush()
         best_read = min(v for k, v in res.items() if k.startswith(("read", "sum")))
         best_gather = min((v, k) for k, v in res.items() if k.startswith("gather"))
+        if dots:
+            best_dots = min((v, k) for k, v in res.items() if k.startswith("dots"))
+            one_wave = min((v, k) for k, v in res.items() if k.startswith("dots") and k.endswith("bn128s3"))
+            line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  gather {best_gather[0]:>6.1f} ({best_gather[1]})  "
+                    f"dots {best_dots[0]:>6.1f} ({best_dots[1]}), 128-token tile {one_wave[0]:>6.1f} ({one_wave[1]})  "
+                    f"plan {res['plan']:>6.1f}")  # fmt: skip
+            table.append(line)
+            print(line, flush=True)
+            continue
         line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  read {best_read:>6.1f} us "
                 f"({kv_bytes / best_read / 1e3:>5.0f} GB/s)  gather {best_gather[0]:>6.1f} ({best_gather[1]})  "
                 f"auto {res['auto']:>6.1f}  plan {res['plan']:>6.1f}  single {res['single']:>6.1f}")  # fmt: skip
