@@ -24,7 +24,10 @@ from flashdecode.bench import Row, probe_case  # noqa: E402
 from flashdecode.triton_common import launch_config  # noqa: E402
 from flashdecode.triton_single import decode_single  # noqa: E402
 
-ROWS = [Row([256] * 256, 12, 2), Row([512] * 128, 12, 2), Row([1024] * 64, 12, 2), Row([256] * 128, 28, 4)]
+ROWS = [
+    Row([256] * 256, 12, 2), Row([512] * 128, 12, 2), Row([1024] * 64, 12, 2), Row([256] * 128, 28, 4),
+    Row([2048] * 64, 32, 8), Row([128] * 8, 28, 4),
+]  # fmt: skip
 # name: (overrides of the single pass's config, chained with PDL)
 VARIANTS = {
     "t32s3 (prefetch tile)": (dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True), True),
@@ -34,6 +37,12 @@ VARIANTS = {
     "t64s3": (dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True), True),
     "t64s3 no prefetch": (dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=False), True),
     "t128s3": (dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True), True),
+    # 64 query rows (the group padded): Triton takes the warpgroup MMA, rows over the warps, so a row's scores stay
+    # in one warp (sm_90 compile: warpsPerCTA [4, 1], 126 registers at 32 tokens)
+    "h64 t32s3": (dict(BLOCK_H=64, BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True), True),
+    "h64 t32s3 w8": (dict(BLOCK_H=64, BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True, num_warps=8), True),
+    "h64 t64s3": (dict(BLOCK_H=64, BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True), True),
+    "h64 t128s3": (dict(BLOCK_H=64, BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True), True),
 }
 DOTS = [(32, 3), (64, 3), (128, 3)]
 
