@@ -516,8 +516,14 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
     return tl.load(ptrs, mask=mask, other=0.0)
 
 
+# attend_range keeps the softmax's row sums as a [BLOCK_H, BLOCK_N] tile of per-token running sums and reduces it
+# once after its walk, instead of a row sum per tile: with the tile's tokens spread over the warps, each row sum is a
+# reduction across warps. FLASHDECODE_DEFER_SUM=0: a row sum per tile, as before
+DEFER_ROW_SUM = tl.constexpr(os.environ.get("FLASHDECODE_DEFER_SUM", "1") != "0")
+
+
 @triton.jit
-def softmax_step(m_i, l_i, s, ROWS_MAY_BE_EMPTY: tl.constexpr = False):
+def softmax_step(m_i, l_i, s, ROWS_MAY_BE_EMPTY: tl.constexpr = False, ROW_SUM: tl.constexpr = True):
     """One online-softmax step over a tile of scores s [BLOCK_H, N] (log2 units, -inf for masked tokens):
     (m_new, alpha, p, l_new) with alpha = exp2(m_i - m_new) the rescale of the old state and p = exp2(s - m_new)
     [BLOCK_H, N]. The caller updates acc = acc * alpha + p . V. Without ROWS_MAY_BE_EMPTY every row has a finite
@@ -530,7 +536,10 @@ def softmax_step(m_i, l_i, s, ROWS_MAY_BE_EMPTY: tl.constexpr = False):
         m_ref = m_new
     alpha = tl.exp2(m_i - m_ref)
     p = tl.exp2(s - m_ref[:, None])
-    return m_new, alpha, p, l_i * alpha + tl.sum(p, axis=1)
+    if ROW_SUM:
+        return m_new, alpha, p, l_i * alpha + tl.sum(p, axis=1)
+    # the caller adds p's row sums itself (attend_range's DEFER_ROW_SUM)
+    return m_new, alpha, p, l_i * alpha
 
 
 @triton.jit
@@ -647,6 +656,8 @@ def attend_range(
             next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
     elif PREFETCH_PAGES:
         next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
+    # [BLOCK_H, BLOCK_N] per-token running sums of p, rescaled with the state (DEFER_ROW_SUM)
+    l_tile = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
     for tile_start in range(first, end, BLOCK_N):
         if V_T == 1:
             tile_start = tl.multiple_of(tile_start, RUN_C(PAGE_SIZE, BLOCK_N))
@@ -733,7 +744,9 @@ def attend_range(
         else:
             # [BLOCK_H, BLOCK_N] scores in log2 units; padding tokens get -inf so exp2 gives exactly 0
             s = tl.where(mask_n[None, :], s, float("-inf"))
-        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s, Q_LEN > 1)
+        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s, Q_LEN > 1, not DEFER_ROW_SUM)
+        if DEFER_ROW_SUM:
+            l_tile = l_tile * alpha[:, None] + p
         if not USE_DOT:
             acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         elif DOT_F32:
@@ -741,6 +754,8 @@ def attend_range(
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
+    if DEFER_ROW_SUM:
+        l_i = l_i + tl.sum(l_tile, axis=1)
     return m_i, l_i, acc
 
 
