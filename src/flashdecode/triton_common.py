@@ -518,19 +518,21 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
 
 # attend_range keeps the softmax's row sums as a [BLOCK_H, BLOCK_N] tile of per-token running sums and reduces it
 # once after its walk, instead of a row sum per tile: with the tile's tokens spread over the warps, each row sum is a
-# reduction across warps (sm_90 PTX, 32-token tile: the loop's barriers 9 -> 6). H200, the anchor grid with the plan
-# (h200-2026-11-28/defer-sum-8958f8d, off / on twice): geometric mean 0.995x, 8 x 2048 28/4 12.6 -> 12.3 µs,
-# 16 x 4096 12/2 21.2 -> 20.9, 256 x 2048 32/8 489.8 -> 492.3. Not for 64-token tiles (defer_row_sum): there ptxas
-# took 150 registers instead of 128 for the planned split tile, one program per SM fewer (tests/test_compile_sm90.py),
-# and the plan's 64-token rows tied (1 x 65536 12/2 22.3 both). FLASHDECODE_DEFER_SUM=0: a row sum per tile always
+# reduction across warps (sm_90 PTX, 32-token tile: the loop's barriers 9 -> 6). Only in the 16-bit page-prefetch
+# tiles of 32 and 128 tokens (defer_row_sum): the 32-token one (4-5 programs per SM) keeps its registers (88 -> 86),
+# and the 128-token ones run one program per SM. Elsewhere the extra registers cost programs per SM: the 64-token
+# split tile 128 -> 150 (tests/test_compile_sm90.py), the MHA tile 122 -> 148, and `auto` on the 12/12 rows went 13%
+# slower with it (h200-2026-11-28/defer-sum-e2976de: 16 x 4096 12/12 99.0 -> 113.1 µs). H200, the anchor grid with the
+# plan (defer-sum-8958f8d, every tile, off / on twice): 8 x 2048 28/4 12.6 -> 12.3 µs, 16 x 4096 12/2 21.2 -> 20.9,
+# 256 x 256 12/2 20.3 -> 20.1. FLASHDECODE_DEFER_SUM=0: a row sum per tile everywhere
 DEFER_ROW_SUM = tl.constexpr(os.environ.get("FLASHDECODE_DEFER_SUM", "1") != "0")
 
 
 @triton.constexpr_function
-def defer_row_sum(switch, block_n):
-    """Whether attend_range defers its row sums for tiles of block_n tokens (switch: DEFER_ROW_SUM, passed from the
-    kernel so that Triton keys its compile cache on it)."""
-    return bool(switch) and block_n != 64
+def defer_row_sum(switch, block_n, prefetch_pages, kv_fp8):
+    """Whether attend_range defers its row sums (switch: DEFER_ROW_SUM, passed from the kernel so that Triton keys
+    its compile cache on it): in the 16-bit page-prefetch tiles of 32 and 128 tokens."""
+    return bool(switch) and bool(prefetch_pages) and not kv_fp8 and block_n in (32, 128)
 
 
 @triton.jit
@@ -667,7 +669,8 @@ def attend_range(
             next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
     elif PREFETCH_PAGES:
         next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
-    # [BLOCK_H, BLOCK_N] per-token running sums of p, rescaled with the state (defer_row_sum)
+    # [BLOCK_H, BLOCK_N] per-token running sums of p, rescaled with the state, in the tiles that defer the row sums
+    DEFER: tl.constexpr = defer_row_sum(DEFER_ROW_SUM, BLOCK_N, PREFETCH_PAGES, KV_FP8)
     l_tile = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
     for tile_start in range(first, end, BLOCK_N):
         if V_T == 1:
@@ -755,8 +758,8 @@ def attend_range(
         else:
             # [BLOCK_H, BLOCK_N] scores in log2 units; padding tokens get -inf so exp2 gives exactly 0
             s = tl.where(mask_n[None, :], s, float("-inf"))
-        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s, Q_LEN > 1, not defer_row_sum(DEFER_ROW_SUM, BLOCK_N))
-        if defer_row_sum(DEFER_ROW_SUM, BLOCK_N):
+        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s, Q_LEN > 1, not DEFER)
+        if DEFER:
             l_tile = l_tile * alpha[:, None] + p
         if not USE_DOT:
             acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
@@ -765,7 +768,7 @@ def attend_range(
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
-    if defer_row_sum(DEFER_ROW_SUM, BLOCK_N):
+    if DEFER:
         l_i = l_i + tl.sum(l_tile, axis=1)
     return m_i, l_i, acc
 
