@@ -521,7 +521,7 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
 # reduction across warps (sm_90 PTX, 32-token tile: the loop's barriers 9 -> 6). Only in the 16-bit page-prefetch
 # tiles of 32 and 128 tokens (defer_row_sum): the 32-token one (4-5 programs per SM) keeps its registers (88 -> 86),
 # and the 128-token ones run one program per SM. Elsewhere the extra registers cost programs per SM: the 64-token
-# split tile 128 -> 150 (tests/test_compile_sm90.py), the MHA tile 122 -> 148, and `auto` on the 12/12 rows went 13%
+# split tile 128 -> 150 (tests/test_compile_sm90.py), the planned MHA split tile 155 -> 196 (3 programs per SM -> 2), and `auto` on the 12/12 rows went 13%
 # slower with it (h200-2026-11-28/defer-sum-e2976de: 16 x 4096 12/12 99.0 -> 113.1 µs). H200, the anchor grid with the
 # plan (defer-sum-8958f8d, every tile, off / on twice): 8 x 2048 28/4 12.6 -> 12.3 µs, 16 x 4096 12/2 21.2 -> 20.9,
 # 256 x 256 12/2 20.3 -> 20.1. FLASHDECODE_DEFER_SUM=0: a row sum per tile everywhere
