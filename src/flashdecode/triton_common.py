@@ -520,11 +520,12 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
 # once after its walk, instead of a row sum per tile: with the tile's tokens spread over the warps, each row sum is a
 # reduction across warps (sm_90 PTX, 32-token tile: the loop's barriers 9 -> 6). Only in the 16-bit page-prefetch
 # tiles of 32 and 128 tokens (defer_row_sum): the 32-token one (4-5 programs per SM) keeps its registers (88 -> 86),
-# and the 128-token ones run one program per SM. Elsewhere the extra registers cost programs per SM: the 64-token
-# split tile 128 -> 150 (tests/test_compile_sm90.py), the planned MHA split tile 155 -> 196 (3 programs per SM -> 2), and `auto` on the 12/12 rows went 13%
-# slower with it (h200-2026-11-28/defer-sum-e2976de: 16 x 4096 12/12 99.0 -> 113.1 µs). H200, the anchor grid with the
-# plan (defer-sum-8958f8d, every tile, off / on twice): 8 x 2048 28/4 12.6 -> 12.3 µs, 16 x 4096 12/2 21.2 -> 20.9,
-# 256 x 256 12/2 20.3 -> 20.1. FLASHDECODE_DEFER_SUM=0: a row sum per tile everywhere
+# and the 128-token ones run one program per SM (122 -> 148). Elsewhere the extra registers cost programs per SM:
+# the 64-token split tile 128 -> 150 (tests/test_compile_sm90.py), the planned MHA split tile 155 -> 196 (3 programs
+# per SM -> 2), and `auto` went 13% slower on the split 12/12 rows (h200-2026-11-28/defer-sum-e2976de: 16 x 4096
+# 12/12 99.0 -> 113.1 µs). H200, the anchor grid, off -> on as kept (defer-sum-c005839): the plan 0.994x, `auto`
+# 0.993x, no row more than 0.3% slower; 8 x 2048 28/4 12.7 -> 12.4 µs, 16 x 4096 12/2 21.3 -> 21.0.
+# FLASHDECODE_DEFER_SUM=0: a row sum per tile everywhere
 DEFER_ROW_SUM = tl.constexpr(os.environ.get("FLASHDECODE_DEFER_SUM", "1") != "0")
 
 
