@@ -63,9 +63,11 @@ def _read_kernel(X, OUT, n, per_prog, BLOCK: tl.constexpr):
 @triton.jit
 def _gather_kernel(
     K, V, TABLE, CHUNKS, OUT, stride_kp, stride_kt, stride_kh, stride_bt,
-    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOTS: tl.constexpr = False,
 ):  # fmt: skip
-    # chunk c = (seq, start, end) from CHUNKS [3, n]; program (c, kv head)
+    # chunk c = (seq, start, end) from CHUNKS [3, n]; program (c, kv head). The K and V tiles are summed in registers,
+    # or with DOTS consumed as the decode consumes them, by its two products without the softmax (s = q K^T
+    # [16, BLOCK_N], acc += s V [16, BLOCK_D], q = ones), so that Triton pipelines them through shared memory
     c = tl.program_id(0)
     n_chunks = tl.num_programs(0)
     h = tl.program_id(1)
@@ -73,7 +75,11 @@ def _gather_kernel(
     start = tl.load(CHUNKS + n_chunks + c)
     end = tl.load(CHUNKS + 2 * n_chunks + c)
     offs_d = tl.arange(0, BLOCK_D)
-    acc = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    if DOTS:
+        q = (tl.zeros([16, BLOCK_D], tl.float32) + 1.0).to(K.dtype.element_ty)
+        acc = tl.zeros([16, BLOCK_D], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     k0 = K + h.to(tl.int64) * stride_kh
     v0 = V + h.to(tl.int64) * stride_kh
     for t in range(start, end, BLOCK_N):
@@ -83,38 +89,21 @@ def _gather_kernel(
         off = page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + offs_d[None, :]
         k = tl.load(k0 + off, mask=mask[:, None], other=0.0)
         v = tl.load(v0 + off, mask=mask[:, None], other=0.0)
-        acc += k.to(tl.float32) + v.to(tl.float32)
+        if DOTS:
+            s = tl.dot(q, tl.trans(k))
+            acc += tl.dot(s.to(K.dtype.element_ty), v)
+        else:
+            acc += k.to(tl.float32) + v.to(tl.float32)
     tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
 
 
-@triton.jit
-def _gather_dot_kernel(
-    K, V, TABLE, CHUNKS, OUT, stride_kp, stride_kt, stride_kh, stride_bt,
-    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    # _gather_kernel's loads consumed as the decode consumes them, by its two products without the softmax:
-    # s = q K^T [16, BLOCK_N], acc += s V [16, BLOCK_D] (q = ones), so Triton pipelines K and V through shared memory
-    c = tl.program_id(0)
-    n_chunks = tl.num_programs(0)
-    h = tl.program_id(1)
-    seq = tl.load(CHUNKS + c).to(tl.int64)
-    start = tl.load(CHUNKS + n_chunks + c)
-    end = tl.load(CHUNKS + 2 * n_chunks + c)
-    offs_d = tl.arange(0, BLOCK_D)
-    q = (tl.zeros([16, BLOCK_D], tl.float32) + 1.0).to(K.dtype.element_ty)
-    acc = tl.zeros([16, BLOCK_D], tl.float32)
-    k0 = K + h.to(tl.int64) * stride_kh
-    v0 = V + h.to(tl.int64) * stride_kh
-    for t in range(start, end, BLOCK_N):
-        offs_n = t + tl.arange(0, BLOCK_N)
-        mask = offs_n < end
-        page = tl.load(TABLE + seq * stride_bt + offs_n // PAGE_SIZE, mask=mask, other=0).to(tl.int64)
-        off = page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + offs_d[None, :]
-        k = tl.load(k0 + off, mask=mask[:, None], other=0.0)
-        v = tl.load(v0 + off, mask=mask[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k))
-        acc += tl.dot(s.to(K.dtype.element_ty), v)
-    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
+def gather(x, chunks, sink, num_kv_heads, block_n, stages, dots=False):
+    """Launch _gather_kernel over case x's cache: chunks int32 [3, n] (seq, start, end), sink fp32 [n * Hkv]."""
+    _gather_kernel[(chunks.shape[1], num_kv_heads)](
+        x.k_cache, x.v_cache, x.block_table, chunks, sink, x.k_cache.stride(0), x.k_cache.stride(1),
+        x.k_cache.stride(2), x.block_table.stride(0), PAGE_SIZE=x.k_cache.shape[1], BLOCK_N=block_n,
+        BLOCK_D=x.k_cache.shape[3], DOTS=dots, num_warps=4, num_stages=stages,
+    )  # fmt: skip
 
 
 def graph_us(fn):
@@ -171,28 +160,12 @@ def main():
             sink = torch.empty(len(chunks) * row.num_kv_heads, device="cuda")
             cit = itertools.cycle(copies)
             for bn, stages in ((cfg["BLOCK_N"], cfg["num_stages"]), (128, 2), (64, 4)):
-
-                def gather():
-                    x = next(cit)
-                    _gather_kernel[(len(chunks), row.num_kv_heads)](
-                        x.k_cache, x.v_cache, x.block_table, ch, sink, x.k_cache.stride(0), x.k_cache.stride(1),
-                        x.k_cache.stride(2), x.block_table.stride(0), PAGE_SIZE=16, BLOCK_N=bn, BLOCK_D=128,
-                        num_warps=4, num_stages=stages,
-                    )  # fmt: skip
-
-                res[f"gather/{size}/bn{bn}s{stages}"] = graph_us(gather)
+                res[f"gather/{size}/bn{bn}s{stages}"] = graph_us(
+                    lambda: gather(next(cit), ch, sink, row.num_kv_heads, bn, stages))
             # dots: the decode's tiles (128 tokens at 3 stages: one program per SM; 64 at 3, 32 at 3 and 4)
             for bn, stages in ((128, 3), (64, 3), (32, 3), (32, 4)) if dots else ():
-
-                def gather_dot():
-                    x = next(cit)
-                    _gather_dot_kernel[(len(chunks), row.num_kv_heads)](
-                        x.k_cache, x.v_cache, x.block_table, ch, sink, x.k_cache.stride(0), x.k_cache.stride(1),
-                        x.k_cache.stride(2), x.block_table.stride(0), PAGE_SIZE=16, BLOCK_N=bn, BLOCK_D=128,
-                        num_warps=4, num_stages=stages,
-                    )  # fmt: skip
-
-                res[f"dots/{size}/bn{bn}s{stages}"] = graph_us(gather_dot)
+                res[f"dots/{size}/bn{bn}s{stages}"] = graph_us(
+                    lambda: gather(next(cit), ch, sink, row.num_kv_heads, bn, stages, dots=True))
         cit = itertools.cycle(copies)
         out = torch.empty_like(c.q)
         res["auto"] = graph_us(lambda: decode_attention(*next(cit).args, out=out))

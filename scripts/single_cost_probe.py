@@ -17,7 +17,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ceiling_probe import _gather_dot_kernel  # noqa: E402
+from ceiling_probe import gather  # noqa: E402
 
 from flashdecode import decode_attention, plan_decode, triton_common  # noqa: E402
 from flashdecode.bench import Row, probe_case  # noqa: E402
@@ -80,16 +80,8 @@ def main():
         ch = torch.tensor(chunks, dtype=torch.int32, device="cuda").T.contiguous()
         sink = torch.empty(len(chunks) * row.num_kv_heads, device="cuda")
         for bn, stages in DOTS:
-
-            def dots():
-                x = next(cit)
-                _gather_dot_kernel[(len(chunks), row.num_kv_heads)](
-                    x.k_cache, x.v_cache, x.block_table, ch, sink, x.k_cache.stride(0), x.k_cache.stride(1),
-                    x.k_cache.stride(2), x.block_table.stride(0), PAGE_SIZE=16, BLOCK_N=bn, BLOCK_D=128,
-                    num_warps=4, num_stages=stages,
-                )  # fmt: skip
-
-            res[f"dots t{bn}s{stages}"] = graph_us(dots)
+            res[f"dots t{bn}s{stages}"] = graph_us(
+                lambda: gather(next(cit), ch, sink, row.num_kv_heads, bn, stages, dots=True))
         rec = dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()}, max_err=max(errs.values()))
         log.write(json.dumps(rec) + "\n")
         log.flush()

@@ -117,7 +117,7 @@ def graph_us(fn):
 
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from ceiling_probe import _gather_dot_kernel
+    from ceiling_probe import gather
 
     from flashdecode import decode_attention, plan_decode
     from flashdecode.bench import Row, probe_case
@@ -137,15 +137,7 @@ def main():
         ch = torch.tensor(chunks, dtype=torch.int32, device="cuda").T.contiguous()
         sink = torch.empty(len(chunks) * row.num_kv_heads, device="cuda")
 
-        def dots():
-            x = next(cit)
-            _gather_dot_kernel[(len(chunks), row.num_kv_heads)](
-                x.k_cache, x.v_cache, x.block_table, ch, sink, x.k_cache.stride(0), x.k_cache.stride(1),
-                x.k_cache.stride(2), x.block_table.stride(0), PAGE_SIZE=16, BLOCK_N=32, BLOCK_D=128,
-                num_warps=4, num_stages=3,
-            )  # fmt: skip
-
-        res["dots t32s3"] = graph_us(dots)
+        res["dots t32s3"] = graph_us(lambda: gather(next(cit), ch, sink, row.num_kv_heads, 32, 3, dots=True))
         for pages, stages, warps in [(2, 3, 2), (2, 3, 4), (4, 3, 4), (4, 4, 4), (2, 4, 2), (8, 3, 8), (8, 3, 4)]:
             key = f"ws p{pages}s{stages}w{warps}"
             try:
