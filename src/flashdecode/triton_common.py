@@ -522,7 +522,7 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
 # tiles of 32 and 128 tokens (defer_row_sum): the 32-token one (4-5 programs per SM) keeps its registers (88 -> 86),
 # and the 128-token ones run one program per SM (122 -> 148). Elsewhere the extra registers cost programs per SM:
 # the 64-token split tile 128 -> 150 (tests/test_compile_sm90.py), the planned MHA split tile 155 -> 196 (3 programs
-# per SM -> 2), and `auto` went 13% slower on the split 12/12 rows (h200-2026-11-28/defer-sum-e2976de: 16 x 4096
+# per SM -> 2), and `auto` went 12.5–14% slower on the split 12/12 rows (h200-2026-11-28/defer-sum-e2976de: 16 x 4096
 # 12/12 99.0 -> 113.1 µs). H200, the anchor grid, off -> on as kept (defer-sum-c005839): the plan 0.994x, `auto`
 # 0.993x, no row more than 0.3% slower; 8 x 2048 28/4 12.7 -> 12.4 µs, 16 x 4096 12/2 21.3 -> 21.0.
 # FLASHDECODE_DEFER_SUM=0: a row sum per tile everywhere
