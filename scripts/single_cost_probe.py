@@ -9,18 +9,17 @@ and prints a table last (graph µs, caches rotated out of L2; the single pass's 
 """
 
 import itertools
-import json
 import os
 import sys
 
 import torch
-from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ceiling_probe import gather  # noqa: E402
 
 from flashdecode import decode_attention, plan_decode, triton_common  # noqa: E402
-from flashdecode.bench import Row, probe_case  # noqa: E402
+from flashdecode.bench import ProbeLog, Row, probe_case  # noqa: E402
+from flashdecode.bench import probe_graph_us as graph_us  # noqa: E402
 from flashdecode.triton_common import launch_config  # noqa: E402
 from flashdecode.triton_single import decode_single  # noqa: E402
 
@@ -47,16 +46,11 @@ VARIANTS = {
 DOTS = [(32, 3), (64, 3), (128, 3)]
 
 
-def graph_us(fn):
-    return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
-
-
 def main():
     if sys.argv[1:]:
         sys.exit(f"usage: python scripts/single_cost_probe.py, got {' '.join(sys.argv[1:])!r}")
-    log = open(os.path.join(os.environ.get("OUT", "."), "single_cost.jsonl"), "w")
+    log = ProbeLog("single_cost")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    table = []
     for row in ROWS:
         case, ref, copies = probe_case(row.seqlens, row.num_q_heads, row.num_kv_heads)
         group = row.num_q_heads // row.num_kv_heads
@@ -83,15 +77,9 @@ def main():
             res[f"dots t{bn}s{stages}"] = graph_us(
                 lambda: gather(next(cit), ch, sink, row.num_kv_heads, bn, stages, dots=True))
         rec = dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()}, max_err=max(errs.values()))
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
         line = f"{row.name():<14} " + "  ".join(f"{k} {v:.1f}" for k, v in res.items())
-        line += f"  max err {max(errs.values()):.1e}"
-        table.append(line)
-        print(line, flush=True)
-    print()
-    for line in table:
-        print(line)
+        log.row(rec, line + f"  max err {max(errs.values()):.1e}")
+    log.close()
 
 
 if __name__ == "__main__":

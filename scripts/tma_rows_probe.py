@@ -7,15 +7,13 @@ against the float64 reference).
 """
 
 import itertools
-import json
-import os
 import sys
 
 import torch
-from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, plan_decode, triton_tma
-from flashdecode.bench import Row, probe_case
+from flashdecode.bench import ProbeLog, Row, probe_case
+from flashdecode.bench import probe_graph_us as graph_us
 
 # (row, fixed split counts to try)
 ROWS = [
@@ -29,16 +27,11 @@ ROWS = [
 TILES = [(4, 3, 4), (8, 3, 4), (8, 4, 4), (8, 3, 8), (2, 4, 4)]
 
 
-def graph_us(fn):
-    return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
-
-
 def main():
     if sys.argv[1:]:
         sys.exit(f"usage: python scripts/tma_rows_probe.py, got {' '.join(sys.argv[1:])!r}")
-    log = open(os.path.join(os.environ.get("OUT", "."), "tma_rows.jsonl"), "w")
+    log = ProbeLog("tma_rows")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    table = []
     for row, splits in ROWS:
         case, ref, copies = probe_case(row.seqlens, row.num_q_heads, row.num_kv_heads)
         out = torch.empty_like(case.q)
@@ -61,17 +54,12 @@ def main():
             except Exception as e:  # a tile that does not fit shared memory must not stop the rest
                 print(f"{row.name()} {key}: {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
         rec = dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()}, max_err=max(errs.values(), default=None))
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
         best = min((v, k) for k, v in res.items() if k != "plan")
         line = (f"{row.name():<16} plan {res['plan']:>6.1f}  best TMA {best[0]:>6.1f} ({best[1]})  "
                 f"max err {max(errs.values()):.1e}")  # fmt: skip
-        table.append(line)
-        print(line, flush=True)
+        log.row(rec, line)
         print("   ", {k: round(v, 1) for k, v in res.items() if k != "plan"}, flush=True)
-    print()
-    for line in table:
-        print(line)
+    log.close()
 
 
 if __name__ == "__main__":

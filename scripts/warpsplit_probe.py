@@ -12,7 +12,6 @@ each page's scores can stay in one warp: G running states (m, l, acc [G, 16, D])
 """
 
 import itertools
-import json
 import os
 import sys
 
@@ -109,23 +108,17 @@ def check():
         assert err < 2e-3, err
 
 
-def graph_us(fn):
-    from triton.testing import do_bench_cudagraph
-
-    return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
-
-
 def main():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from ceiling_probe import gather
 
     from flashdecode import decode_attention, plan_decode
-    from flashdecode.bench import Row, probe_case
+    from flashdecode.bench import ProbeLog, Row, probe_case
+    from flashdecode.bench import probe_graph_us as graph_us
 
     rows = [Row([256] * 256, 12, 2), Row([256] * 128, 28, 4), Row([512] * 128, 12, 2), Row([1024] * 64, 12, 2),
             Row([2048] * 64, 32, 8)]  # fmt: skip
-    log = open(os.path.join(os.environ.get("OUT", "."), "warpsplit.jsonl"), "w")
-    table = []
+    log = ProbeLog("warpsplit")
     for row in rows:
         case, ref, copies = probe_case(row.seqlens, row.num_q_heads, row.num_kv_heads)
         out = torch.empty_like(case.q)
@@ -136,7 +129,6 @@ def main():
         chunks = [(b, 0, n) for b, n in enumerate(row.seqlens)]
         ch = torch.tensor(chunks, dtype=torch.int32, device="cuda").T.contiguous()
         sink = torch.empty(len(chunks) * row.num_kv_heads, device="cuda")
-
         res["dots t32s3"] = graph_us(lambda: gather(next(cit), ch, sink, row.num_kv_heads, 32, 3, dots=True))
         for pages, stages, warps in [(2, 3, 2), (2, 3, 4), (4, 3, 4), (4, 4, 4), (2, 4, 2), (8, 3, 8), (8, 3, 4)]:
             key = f"ws p{pages}s{stages}w{warps}"
@@ -149,15 +141,9 @@ def main():
                 print(f"{row.name()} {key}: {type(e).__name__}: {str(e).splitlines()[0][:150]}", flush=True)
         rec = dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()},
                    max_err=max(errs.values(), default=None))  # fmt: skip
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
         line = f"{row.name():<14} " + "  ".join(f"{k} {v:.1f}" for k, v in res.items())
-        line += f"  max err {max(errs.values(), default=float('nan')):.1e}"
-        table.append(line)
-        print(line, flush=True)
-    print()
-    for line in table:
-        print(line)
+        log.row(rec, line + f"  max err {max(errs.values(), default=float('nan')):.1e}")
+    log.close()
 
 
 if __name__ == "__main__":

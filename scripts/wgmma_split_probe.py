@@ -9,15 +9,13 @@ plan's outputs checked against the float64 reference with and without).
 """
 
 import itertools
-import json
-import os
 import sys
 
 import torch
-from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, plan_decode, triton_splitk
-from flashdecode.bench import Row, probe_case
+from flashdecode.bench import ProbeLog, Row, probe_case
+from flashdecode.bench import probe_graph_us as graph_us
 
 ROWS = [
     Row([4096] * 16, 12, 2), Row([16384] * 4, 12, 2), Row([65536], 12, 2), Row([131072], 12, 2),
@@ -31,16 +29,11 @@ VARIANTS = {
 }
 
 
-def graph_us(fn):
-    return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
-
-
 def main():
     if sys.argv[1:]:
         sys.exit(f"usage: python scripts/wgmma_split_probe.py, got {' '.join(sys.argv[1:])!r}")
-    log = open(os.path.join(os.environ.get("OUT", "."), "wgmma_split.jsonl"), "w")
+    log = ProbeLog("wgmma_split")
     long0, mid0 = dict(triton_splitk.GROUPED_LONG_TILE), dict(triton_splitk.GROUPED_MID_TILE)
-    table = []
     for row in ROWS:
         case, ref, copies = probe_case(row.seqlens, row.num_q_heads, row.num_kv_heads)
         out = torch.empty_like(case.q)
@@ -59,15 +52,9 @@ def main():
             res[f"{name} {rep}"] = graph_us(lambda: decode_attention(*next(cit).args, out=out, plan=plan))
         rec = dict(row=row.name(), plan=plan.reason, **{k: round(v, 2) for k, v in res.items()},
                    max_err=max(errs.values()))  # fmt: skip
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
         line = f"{row.name():<14} " + "  ".join(f"{k} {v:.1f}" for k, v in res.items())
-        line += f"  max err {max(errs.values()):.1e}  ({plan.reason[:60]})"
-        table.append(line)
-        print(line, flush=True)
-    print()
-    for line in table:
-        print(line)
+        log.row(rec, line + f"  max err {max(errs.values()):.1e}  ({plan.reason[:60]})")
+    log.close()
 
 
 if __name__ == "__main__":

@@ -334,6 +334,34 @@ def probe_case(seqlens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128
     return case, ref, rotation_copies(case, _l2_bytes("cuda"))
 
 
+def probe_graph_us(fn) -> float:
+    """The GPU probe scripts' timer: µs per call of fn, median of CUDA-graph replays (rep 30 ms)."""
+    from triton.testing import do_bench_cudagraph
+
+    return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
+
+
+class ProbeLog:
+    """The GPU probe scripts' output: one JSON line per row in $OUT/<name>.jsonl as it runs, its table line printed
+    then, and every table line again at the end (``close``), where the device tool's output tail shows them."""
+
+    def __init__(self, name: str):
+        self.file = open(os.path.join(os.environ.get("OUT", "."), f"{name}.jsonl"), "w")
+        self.lines = []
+
+    def row(self, record: dict, line: str) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def close(self) -> None:
+        self.file.close()
+        print()
+        for line in self.lines:
+            print(line)
+
+
 def host_us_per_call(call, calls: int, synced: bool = False) -> float:
     """Mean wall-clock µs per call over ``calls`` calls of ``call()`` started after a device sync: queued (the host's
     cost of a call while the GPU keeps up), or with synced a sync after each (host and GPU in turn). The probe
