@@ -18,6 +18,7 @@ Per row:
 
     python scripts/ceiling_probe.py [12/2]     # 12/2: only the 12/2 rows and 8 x 2048 28/4
     python scripts/ceiling_probe.py dots       # those rows: gather, dots and the plan (no contiguous reads)
+    python scripts/ceiling_probe.py mha        # the 403 MB 12/12 rows (the 4.2 TB/s target), with GB/s
 """
 
 import itertools
@@ -41,6 +42,9 @@ ROWS = [
     Row([256] * 256, 12, 2), Row([1024] * 64, 12, 2), Row([4096] * 16, 12, 2), Row([65536], 12, 2),
     Row([131072], 12, 2), Row([8192], 32, 32),
 ]  # fmt: skip
+# the anchor grid's 403 MB rows, where the target is 4.2 TB/s (96 us)
+MHA_ROWS = [Row([256] * 256, 12, 12), Row([1024] * 64, 12, 12), Row([4096] * 16, 12, 12), Row([16384] * 4, 12, 12),
+            Row([65536], 12, 12)]  # fmt: skip
 
 
 @triton.jit
@@ -111,8 +115,8 @@ def graph_us(fn):
 
 
 def main():
-    if sys.argv[1:] not in ([], ["12/2"], ["dots"]):
-        sys.exit(f"usage: python scripts/ceiling_probe.py [12/2 | dots], got {' '.join(sys.argv[1:])!r}")
+    if sys.argv[1:] not in ([], ["12/2"], ["dots"], ["mha"]):
+        sys.exit(f"usage: python scripts/ceiling_probe.py [12/2 | dots | mha], got {' '.join(sys.argv[1:])!r}")
     dots = sys.argv[1:] == ["dots"]
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "ceiling.jsonl"), "w")
@@ -128,6 +132,8 @@ def main():
     if sys.argv[1:] in (["12/2"], ["dots"]):
         small = {Row([2048] * 8, 28, 4).name()}
         rows = [r for r in ROWS if (r.num_q_heads, r.num_kv_heads) == (12, 2) or r.name() in small]
+    if sys.argv[1:] == ["mha"]:
+        rows = MHA_ROWS
     for row in rows:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
@@ -190,8 +196,9 @@ def main():
             print(line, flush=True)
             continue
         line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  read {best_read:>6.1f} us "
-                f"({kv_bytes / best_read / 1e3:>5.0f} GB/s)  gather {best_gather[0]:>6.1f} ({best_gather[1]})  "
-                f"auto {res['auto']:>6.1f}  plan {res['plan']:>6.1f}  single {res['single']:>6.1f}")  # fmt: skip
+                f"({kv_bytes / best_read / 1e3:>5.0f} GB/s)  gather {best_gather[0]:>6.1f} "
+                f"({kv_bytes / best_gather[0] / 1e3:>5.0f} GB/s, {best_gather[1]})  auto {res['auto']:>6.1f}  "
+                f"plan {res['plan']:>6.1f} ({kv_bytes / res['plan'] / 1e3:>5.0f} GB/s)  single {res['single']:>6.1f}")  # fmt: skip
         table.append(line)
         print(line, flush=True)
     print(f"\nlaunch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us")
