@@ -11,7 +11,7 @@ zero. Run on the GPU machine:
 starts so; ``--timing-only`` prints each variant's error instead of asserting it (for source variants that skip work
 on purpose, to see what that work costs). A row whose plan is the single pass times the single pass.
 ``--splits 32,33,44`` times those split counts instead of the plan's S, half and double; ``--tile 64,3`` (repeatable)
-times fixed splits with that partial tile (BLOCK_N, stages[, warps]) too, as ``decode_splitk(config=...)`` takes it,
+times fixed splits with that partial tile (BLOCK_N, stages[, warps][, p: the page ids a tile ahead]) too, as ``decode_splitk(config=...)`` takes it,
 merged as the plan would merge them (``--tile-both``: with the combine launch and in the last split program).
 ``--plan-only`` times the plan's S alone. ``--no-combine`` also times each combine-launched variant with the calls
 unchained (``CHAIN_PDL`` off), with and without its combine launch (timing only: the output is not merged), to see
@@ -48,7 +48,8 @@ def main():
     ap.add_argument("--row", action="append", default=[], help="B,S,Hq,Hkv: a uniform row of its own (repeatable)")
     ap.add_argument("--timing-only", action="store_true", help="print errors instead of asserting them")
     ap.add_argument("--splits", default="", help="comma-separated split counts to time (default: plan S, half, double)")
-    ap.add_argument("--tile", action="append", default=[], help="BLOCK_N,stages[,warps]: a partial tile to time too")
+    ap.add_argument("--tile", action="append", default=[],
+                    help="BLOCK_N,stages[,warps][,p]: a partial tile to time too (p: PREFETCH_PAGES)")
     ap.add_argument("--plan-only", action="store_true", help="time the plan's S only (no half and double)")
     ap.add_argument("--tile-both", action="store_true", help="time each --tile both merged ways, not as the plan would")
     ap.add_argument("--no-combine", action="store_true", help="also time the partial kernel alone (wrong output)")
@@ -83,9 +84,13 @@ def main():
                 block_s, d_blocks = map(int, wide.split(","))
                 variants += [(f"W{block_s}x{d_blocks} S={s}", s, None, ("wide", (block_s, d_blocks))) for s in splits]
             for tile in args.tile:
-                block_n, stages, *warps = map(int, tile.split(","))
+                fields = tile.split(",")
+                prefetch = fields[-1] == "p"
+                block_n, stages, *warps = map(int, fields[:-1] if prefetch else fields)
                 config = dict(BLOCK_N=block_n, num_stages=stages, **({"num_warps": warps[0]} if warps else {}))
-                tag = f"N{block_n}s{stages}" + (f"w{warps[0]}" if warps else "")
+                if prefetch:
+                    config["PREFETCH_PAGES"] = True
+                tag = f"N{block_n}s{stages}" + (f"w{warps[0]}" if warps else "") + ("p" if prefetch else "")
                 # merged as the plan would merge S splits
                 def merges(s):
                     return [False, True] if args.tile_both else [merge_fixed_in_partial(len(lens), 1, hq, s, sms)]
