@@ -4,8 +4,12 @@ float64 reference first. Writes $OUT/mha-plan.jsonl, prints a table last, then t
 each compiled 128-token partial kernel (what decides how many programs share an SM).
 
     python scripts/mha_plan_probe.py
+
+``--tile 32,3,p --min-tokens 2048`` times another long MHA tile instead (BLOCK_N, stages[, p: the page ids a tile
+ahead], as triton_splitk.MHA_LONG_TILE takes it) from that chunk length, against the library as it is (A B A B).
 """
 
+import argparse
 import itertools
 import json
 import os
@@ -32,8 +36,10 @@ ROWS = [
     Row([131072], 12, 12, head_dim=64), Row([131072], 12, 12, dtype="fp16"),
     # grids the rule leaves alone: 320 and 288 programs, 2048-token chunks
     Row([131072], 20, 20), Row([65536] * 3, 12, 12), Row([131072], 6, 6),
+    # 1024-token chunks and 384-program grids of 2048
+    Row([32768], 12, 12), Row([16384] * 2, 12, 12), Row([8192] * 8, 12, 12), Row([65536], 16, 16),
+    Row([16384] * 4, 12, 12, dtype="fp16"), Row([4096] * 16, 12, 12, head_dim=64),
 ]  # fmt: skip
-VARIANTS = [("2-stage", None), ("3-stage", 4096), ("2-stage", None), ("3-stage", 4096)]
 
 
 def _dtype(name):
@@ -41,6 +47,22 @@ def _dtype(name):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tile", default="", help="BLOCK_N,stages[,p]: the long MHA tile to time (default: the 3-stage "
+                                               "128-token one against none)")  # fmt: skip
+    ap.add_argument("--min-tokens", type=int, default=4096, help="MHA_LONG_MIN_TOKENS with that tile")
+    args = ap.parse_args()
+    base_tile = triton_splitk.MHA_LONG_TILE
+    if args.tile:
+        fields = args.tile.split(",")
+        prefetch = fields[-1] == "p"
+        block_n, stages = map(int, fields[:-1] if prefetch else fields)
+        tile = dict(BLOCK_N=block_n, num_stages=stages, **({"PREFETCH_PAGES": True} if prefetch else {}))
+        a_name, b_name = "library", args.tile
+        variants = [(a_name, plan.MHA_LONG_MIN_TOKENS, base_tile), (b_name, args.min_tokens, tile)] * 2
+    else:
+        a_name, b_name = "2-stage", "3-stage"
+        variants = [(a_name, None, base_tile), (b_name, args.min_tokens, base_tile)] * 2
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "mha-plan.jsonl"), "w")
     l2 = _l2_bytes("cuda")
@@ -52,8 +74,9 @@ def main():
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
         times, notes = {}, {}
-        for name, thr in VARIANTS:
+        for name, thr, tile in variants:
             plan.MHA_LONG_MIN_TOKENS = thr
+            triton_splitk.MHA_LONG_TILE = tile
             launcher.clear()
             p = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
             notes[name] = f"S{p.num_splits}{'L' if p.long_tile else ''}"
@@ -67,32 +90,34 @@ def main():
             assert err < 2e-2, f"{row.name()} {name}: wrong, err {err}"
             times.setdefault(name, []).append(do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3)
         plan.MHA_LONG_MIN_TOKENS = threshold
+        triton_splitk.MHA_LONG_TILE = base_tile
         label = row.name()
         log.write(json.dumps(dict(row=label, **{k: [round(t, 2) for t in v] for k, v in times.items()},
                                   plans=notes)) + "\n")  # fmt: skip
         log.flush()
-        a, b = times["2-stage"], times["3-stage"]
-        line = (f"{label:<32} 2-stage {' '.join(f'{t:6.1f}' for t in a)} ({notes['2-stage']:>4})  3-stage "
-                f"{' '.join(f'{t:6.1f}' for t in b)} ({notes['3-stage']:>4})  {min(b) / min(a) - 1:+6.1%}")
+        a, b = times[a_name], times[b_name]
+        line = (f"{label:<32} {a_name} {' '.join(f'{t:6.1f}' for t in a)} ({notes[a_name]:>4})  {b_name} "
+                f"{' '.join(f'{t:6.1f}' for t in b)} ({notes[b_name]:>4})  {min(b) / min(a) - 1:+6.1%}")
         table.append(line)
         print(line, flush=True)
     print()
     print("\n".join(table))
     print()
-    # what decides the programs per SM: registers per thread and shared memory of each compiled 128-token partial
-    for (stages, warps), (regs, shared) in sorted(KERNELS.items()):
-        print(f"partial kernel, 128 tokens: {stages} stages, {warps} warps, {regs} registers, {shared} B shared")
+    # what decides the programs per SM: registers per thread and shared memory of each compiled partial kernel
+    for (block_n, stages, warps, pf), (regs, shared) in sorted(KERNELS.items()):
+        print(f"partial kernel, {block_n} tokens: {stages} stages, {warps} warps, prefetch {pf}, {regs} registers, "
+              f"{shared} B shared")
 
 
-# (num_stages, num_warps) -> (registers, shared bytes) of the 128-token partial kernels launched
+# (BLOCK_N, num_stages, num_warps, PREFETCH_PAGES) -> (registers, shared bytes) of the partial kernels launched
 KERNELS = {}
 _launch = triton_splitk.launch
 
 
 def _noting(kernel, grid, *args, **kwargs):
     compiled = _launch(kernel, grid, *args, **kwargs)
-    if kernel is triton_splitk._partial_kernel and kwargs.get("BLOCK_N") == 128 and compiled is not None:
-        key = (kwargs.get("num_stages"), kwargs.get("num_warps"))
+    if kernel is triton_splitk._partial_kernel and compiled is not None:
+        key = (kwargs.get("BLOCK_N"), kwargs.get("num_stages"), kwargs.get("num_warps"), kwargs.get("PREFETCH_PAGES"))
         KERNELS[key] = (getattr(compiled, "n_regs", None), getattr(compiled.metadata, "shared", None))
     return compiled
 
