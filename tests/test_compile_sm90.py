@@ -68,7 +68,10 @@ for extra in (dict(NUM_SPLITS=0), dict(NUM_SPLITS=4), dict(NUM_SPLITS=4, SPLIT_T
               dict(NUM_SPLITS=0, **dict(INLINE, NARROW=False)),
               dict(NUM_SPLITS=0, **INLINE, **PREFETCH), dict(NUM_SPLITS=4, **PREFETCH, **FEATURES),
               dict(NUM_SPLITS=4, **PREFETCH, OFFS_I32=False), dict(NUM_SPLITS=4, **PREFETCH, EARLY_PAGES=True),
-              dict(NUM_SPLITS=3, **PREFETCH, **FEATURES, EARLY_PAGES=True)):
+              dict(NUM_SPLITS=3, **PREFETCH, **FEATURES, EARLY_PAGES=True),
+              # MHA fixed splits with the prefetching tile (MHA_PREFETCH_TILE: one row a KV head)
+              dict(NUM_SPLITS=2, GROUP=1, **PREFETCH, EARLY_PAGES=True),
+              dict(NUM_SPLITS=8, GROUP=1, **PREFETCH, **FEATURES)):
     ptx = compile_sm90(triton_splitk._partial_kernel, {**BASE, **extra}).asm["ptx"]
     assert "griddepcontrol.wait" in ptx, extra
 # the fused merge: the arrival counter is an acq_rel atomic at GPU scope, the partials are read through L2

@@ -258,27 +258,40 @@ def test_plan_gives_fp8_caches_the_long_tile(lens, device, small_gpu, monkeypatc
     assert not plan_decode(*args[:2], *args[3:]).long_tile
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("lens", [[512], [480, 400]], ids=["uniform", "even"])
-def test_plan_gives_long_mha_rows_the_deep_tile(lens, device, small_gpu, monkeypatch):
-    """MHA heads whose token row is not a power of two (3/3 heads of dim 64, bf16: the "mha" tile class), fixed
-    splits whose chunks reach MHA_LONG_MIN_TOKENS (lowered here to the tile's 128 tokens) on a grid that fills the
-    SMs' 3 slots: the plan says long_tile, its calls launch MHA_LONG_TILE (3 stages; 2 without the flag), and the
-    output is within the float64 reference's tolerance (NaN-filled out and lse). With the default threshold (4096
-    tokens) or None the plan keeps the 2-stage tile."""
+def test_plan_gives_long_mha_rows_the_deep_tile(lens, head_dim, device, small_gpu, monkeypatch):
+    """MHA heads whose token row is not a power of two (3/3 heads, bf16: the "mha" tile class), fixed splits whose
+    chunks reach the long tile's threshold (lowered here to 128 tokens) on a grid that fills the SMs' 3 slots: the
+    plan says long_tile, its calls launch the class's long tile (head dim 64: MHA_LONG_TILE, 128 tokens at 3 stages
+    against 2 without the flag; head dim 128: MHA_PREFETCH_TILE, 32 tokens at 3 stages with the page ids a tile
+    ahead), and the output is within the float64 reference's tolerance (NaN-filled out and lse). With the default
+    thresholds (4096 and 1024 tokens) or None the plan keeps the 2-stage tile."""
     from flashdecode import launcher
 
     monkeypatch.setattr(launcher, "ENABLED", False)
-    c = case(lens, 3, 3, 64, 16, torch.bfloat16, device, seed=5, extra_table_columns=20)
+    c = case(lens, 3, 3, head_dim, 16, torch.bfloat16, device, seed=5, extra_table_columns=20)
     assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
-    monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", 128)
+    threshold = "MHA_LONG_MIN_TOKENS" if head_dim == 64 else "MHA_PREFETCH_MIN_TOKENS"
+    monkeypatch.setattr(plan_module, threshold, 128)
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
-    assert plan.long_tile and plan.num_splits > 1 and "3-stage MHA tile" in plan.reason, plan.reason
+    name = "3-stage MHA tile" if head_dim == 64 else "32-token prefetching MHA tile"
+    assert plan.long_tile and plan.num_splits > 1 and name in plan.reason, plan.reason
     stages = _partial_tiles(monkeypatch)
-    for p, tile in ((plan, (128, 3)), (dataclasses.replace(plan, long_tile=False), (128, 2))):
+    long = (128, 3) if head_dim == 64 else (32, 3)
+    for p, tile in ((plan, long), (dataclasses.replace(plan, long_tile=False), (128, 2))):
         _run_checked(c, p, torch.bfloat16)
         assert stages[-1] == tile
-    monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", None)
+    monkeypatch.setattr(plan_module, threshold, None)
     assert not plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).long_tile
+
+
+def test_mha_long_tile_by_head_dim_and_rows():
+    """The "mha" class's long tile: the prefetching 32-token one for one query row a KV head at head dim 128 only."""
+    assert triton_splitk.mha_long_tile(128, 1) is triton_splitk.MHA_PREFETCH_TILE
+    assert triton_splitk.MHA_PREFETCH_TILE["PREFETCH_PAGES"] and triton_splitk.MHA_PREFETCH_TILE["BLOCK_N"] == 32
+    for block_d, rows in ((64, 1), (128, 2), (128, 3), (32, 1)):
+        assert triton_splitk.mha_long_tile(block_d, rows) is triton_splitk.MHA_LONG_TILE
 
 
 def test_plan_gives_grouped_rows_one_program_per_sm(device, monkeypatch):
@@ -334,24 +347,29 @@ def test_plan_gives_grouped_rows_two_programs_per_sm(device, monkeypatch):
     assert plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table).num_splits == 16
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("q_len", [1, 2])
-def test_deep_mha_tile_with_features(q_len, device, small_gpu, monkeypatch):
-    """The 3-stage MHA tile with softcap, ALiBi, sinks and a window together, one or two query tokens: the plan's
-    call within the float64 reference's tolerance, NaN-filled out and lse (on the GPU this compiles the 3-stage
-    kernel with every feature; the interpreter ignores stages but runs the same code)."""
+def test_deep_mha_tile_with_features(q_len, head_dim, device, small_gpu, monkeypatch):
+    """The MHA class's long tiles (3 stages; at head dim 128 with one token the 32-token prefetching one) with
+    softcap, ALiBi, sinks and a window together, one or two query tokens: the plan's call within the float64
+    reference's tolerance, NaN-filled out and lse (on the GPU this compiles the long kernels with every feature; the
+    interpreter ignores stages but runs the same code)."""
     from flashdecode import launcher
 
     monkeypatch.setattr(launcher, "ENABLED", False)
     monkeypatch.setattr(plan_module, "MHA_LONG_MIN_TOKENS", 1)
+    monkeypatch.setattr(plan_module, "MHA_PREFETCH_MIN_TOKENS", 1)
     monkeypatch.setattr(plan_module, "MHA_LONG_MIN_FILL", 0.0)
-    c = case([512], 3, 3, 64, 16, torch.bfloat16, device, seed=8, extra_table_columns=20)
-    q = c.q if q_len == 1 else torch.randn(1, q_len, 3, 64, generator=torch.Generator().manual_seed(2)).to(c.q)
+    c = case([512], 3, 3, head_dim, 16, torch.bfloat16, device, seed=8, extra_table_columns=20)
+    shape = (1, q_len, 3, head_dim)
+    q = c.q if q_len == 1 else torch.randn(*shape, generator=torch.Generator().manual_seed(2)).to(c.q)
     g = torch.Generator().manual_seed(4)
     kw = dict(softcap=20.0, alibi_slopes=torch.rand(3, generator=g).to(device),
               sinks=torch.randn(3, generator=g).to(device), window_left=300)  # fmt: skip
     args = (q,) + c.args[1:]
     plan = plan_decode(*args[:2], *args[3:], window_left=300)
     assert plan.long_tile and plan.num_splits > 1, plan.reason
+    assert ("prefetching" in plan.reason) == (head_dim == 128 and q_len == 1), plan.reason
     _run_checked_features(args, plan, **kw)
 
 
@@ -365,6 +383,16 @@ def test_mha_long_rule(chunk, programs, long):
     grid whose last wave is at least 90% full; 2048-token chunks and grids of 320, 288 or 400 programs keep the
     2-stage tile."""
     assert plan_module._mha_long(chunk, programs, 3 * 132) == long
+
+
+@pytest.mark.parametrize(
+    "chunk, programs, long",
+    [(1024, 384, True), (2048, 384, True), (4096, 792, True), (512, 384, False), (1000, 396, False),
+     (2048, 320, False), (8192, 400, False)],
+)  # fmt: skip
+def test_mha_prefetch_rule(chunk, programs, long):
+    """The prefetching MHA tile's rule (head dim 128, one row): chunks of 1024 tokens or more, the same fill."""
+    assert plan_module._mha_long(chunk, programs, 3 * 132, prefetch=True) == long
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ them) and calls attention once per layer with the same lengths, as FlashInfer's 
   splits and many (sequence, row) pairs, or few splits of the MHA tile (``triton_splitk.merge_fixed_in_partial``),
   the plan also holds zeroed counters, and the last split program of each sequence and head merges the splits (no
   combine launch). An fp8 cache's splits take the single pass's 128-token tile (``FP8_LONG_MIN_TOKENS``), and long
-  MHA rows' fixed splits a deeper MHA tile (``MHA_LONG_MIN_TOKENS``): ``DecodePlan.long_tile``;
+  MHA rows' fixed splits a deeper MHA tile (``MHA_LONG_MIN_TOKENS``; at head dim 128 the 32-token prefetching tile,
+  ``MHA_PREFETCH_MIN_TOKENS``): ``DecodePlan.long_tile``;
 * an uneven batch without a window (HOST_TABLE): the split-K kernels with a cut made here (``host_cut``): each
   sequence in chunks of equal length, the chunk length chosen for the fewest estimated µs, chunks dispatched longest
   first; the table rides in the plan (no planner launch), and with few chunks a sequence the last chunk program merges
@@ -73,6 +74,11 @@ FP8_LONG_MIN_TOKENS = 0
 # None: never
 MHA_LONG_MIN_TOKENS = 4096
 MHA_LONG_MIN_FILL = 0.9
+# ...and where that class's long tile is triton_splitk.MHA_PREFETCH_TILE (one query row a KV head, head dim 128) from
+# chunks of this many tokens, on the same grids. H200 (scripts/mha_plan_probe.py --tile 32,3,p --min-tokens 1024 at
+# ecf4311): 1024-token chunks 1 x 32768 12/12 50.9 -> 49.6 µs, 2 x 16384 12/12 51.8 -> 49.9; 2048: 16 x 4096 12/12
+# 95.2 -> 92.6, 8 x 8192 12/12 95.2 -> 92.9, 1 x 131072 6/6 96.9 -> 94.3; shorter chunks were not measured. None: never
+MHA_PREFETCH_MIN_TOKENS = 1024
 # fixed splits of the grouped prefetching tile (groups of 4-16, head dim 128, 16-bit cache, one query token) instead
 # take triton_splitk.GROUPED_LONG_TILE (128 tokens, 3 stages, one program per SM), in S = #SMs // (B * Hkv * head
 # blocks) splits, when S is 2..FIXED_MERGE_MAX_SPLITS with the merge in the last split program
@@ -298,9 +304,12 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         return single("one chunk a sequence: the single pass")
     reason = f"up to {k} chunks a sequence: {k} fixed splits" + (" of the long fp8 tile" if long else "")
     programs = batch * num_kv_heads * head_blocks * k
-    if tile == "mha" and kv_itemsize == 2 and splitk.MHA_LONG_TILE and _mha_long(chunk, programs, saturation * sms):
-        # the same cut and grid, one more stage of loads in flight
-        long, reason = True, reason + " of the 3-stage MHA tile"
+    mha_tile = splitk.mha_long_tile(cfg["BLOCK_D"], q_len * group) if tile == "mha" and kv_itemsize == 2 else None
+    if mha_tile and _mha_long(chunk, programs, saturation * sms, mha_tile is splitk.MHA_PREFETCH_TILE):
+        # the same cut and grid, one more stage of loads in flight (or short tiles whose page ids load a tile ahead)
+        long = True
+        prefetch = mha_tile is splitk.MHA_PREFETCH_TILE
+        reason += " of the 32-token prefetching MHA tile" if prefetch else " of the 3-stage MHA tile"
     fat = _grouped_long_splits(splitk, cfg, tile, batch, q_len, num_q_heads, num_kv_heads * head_blocks, sms, visible)
     if fat:
         # fewer, longer splits, one program per SM with three 128-token tiles of loads in flight
@@ -372,10 +381,12 @@ def _grouped_mid(splitk, cfg, tile, splits, batch, q_len, num_q_heads, per_seque
     return not splitk.merge_fixed_in_partial(batch, q_len, num_q_heads, half, num_sms)
 
 
-def _mha_long(chunk: int, programs: int, wave: int) -> bool:
-    """Whether fixed splits of the MHA tile take MHA_LONG_TILE: chunks of at least MHA_LONG_MIN_TOKENS tokens and a
-    grid of `programs` whose last wave (of `wave` resident programs) is at least MHA_LONG_MIN_FILL full."""
-    if MHA_LONG_MIN_TOKENS is None or chunk < MHA_LONG_MIN_TOKENS:
+def _mha_long(chunk: int, programs: int, wave: int, prefetch: bool = False) -> bool:
+    """Whether fixed splits of the MHA tile take its long tile (``triton_splitk.mha_long_tile``): chunks of at least
+    MHA_LONG_MIN_TOKENS tokens (MHA_PREFETCH_MIN_TOKENS where that tile is MHA_PREFETCH_TILE: prefetch) and a grid
+    of `programs` whose last wave (of `wave` resident programs) is at least MHA_LONG_MIN_FILL full."""
+    min_tokens = MHA_PREFETCH_MIN_TOKENS if prefetch else MHA_LONG_MIN_TOKENS
+    if min_tokens is None or chunk < min_tokens:
         return False
     waves = -(-programs // wave)
     return programs >= MHA_LONG_MIN_FILL * waves * wave

@@ -192,6 +192,15 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=2)
 # 72 KB of shared memory and 3 programs per SM (152 registers against 121 on sm_90), a third tile of loads in flight.
 # None: off
 MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
+# ...but one query row a KV head at head dim 128 (MHA, one token) takes the grouped prefetching tile instead (32 tokens,
+# 3 stages, the page ids a tile ahead: 63 registers, 19 KB of shared memory on sm_90), still 3 programs per SM, from
+# plan.MHA_PREFETCH_MIN_TOKENS. H200 (scripts/mha_plan_probe.py --tile 32,3,p at ecf4311, A B A B through the plan):
+# 1.4-3.6% faster on all 19 bf16/fp16 rows it takes, the anchor grid's 16 x 4096 / 4 x 16384 / 1 x 65536 12/12 95.2 /
+# 96.3 / 95.1 -> 92.6 / 93.4 / 92.7 µs, 1 x 131072 12/12 183.9 -> 181.0 (over MHA_LONG_TILE); head dim 64 lost
+# (1 x 131072 12/12 99.9 -> 114.3), so it keeps MHA_LONG_TILE. Why: with the page-id load in the iteration the
+# 128-token tile gets one buffer of K/V loads (attend_range); the page-gather read of these rows with no math takes
+# 93.5 µs, the two products without the softmax 93.1-93.5 (ceiling_probe mha, mha_regs_probe). None: off
+MHA_PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # ...and the grouped prefetching tile (PREFETCH_TILE: 32 tokens, 3 stages, 4-5 programs per SM) 128 tokens at 3 stages
 # (192 KB: one program per SM, as the single pass's PREFETCH_ONE_WAVE_TILE), for plan_decode's fixed splits of one
 # program per SM merged in the last split program (tile class "grouped_long"; the rule and what it bought:
@@ -1307,12 +1316,12 @@ def split_config(
     The config is ``launch_config``'s, with SMALL_GROUP_SPLIT_TILE for groups < 4 whose token row (Hkv * D *
     itemsize bytes) is a power of two. ``long_tile`` (from ``plan_decode``, which reads the lengths) asks for the
     long-chunk tile of the shapes' class: an fp8 cache's ``FP8_LONG_TILE`` (which the fused merge takes anyway), the
-    "mha" tile's ``MHA_LONG_TILE`` or the grouped prefetching tile's ``GROUPED_LONG_TILE`` for fixed splits merged
+    "mha" tile's ``mha_long_tile`` or the grouped prefetching tile's ``GROUPED_LONG_TILE`` for fixed splits merged
     in the last split program (merged_fixed), ``GROUPED_MID_TILE`` for others; other classes have none. The planned
     launch caps the partial kernel at the planner's programs per SM (``launcher.cap_programs_per_sm``), whatever its
     registers allow. The planner's target comes from PLANNER_SATURATION by tile class: "deep" (head dims above 128),
     "fp8_long" (``FP8_LONG_TILE``), "grouped" (q_len x group >= 4), "small_group" (the split tile above), "mha" (the
-    128-token tile of the other small groups), "mha_long" (``MHA_LONG_TILE``), "grouped_long" or "grouped_mid"."""
+    128-token tile of the other small groups), "mha_long" (``mha_long_tile``), "grouped_long" or "grouped_mid"."""
     long_fp8 = (fused or long_tile) and kv_itemsize == 1
     cfg = launch_config(head_dim, group, dtype, q_len, kv_itemsize, prefetch=not long_fp8)
     row_bytes = num_kv_heads * head_dim * kv_itemsize
@@ -1324,13 +1333,21 @@ def split_config(
     tile = "deep" if cfg["BLOCK_D"] > 128 else tile
     if long_fp8 and uses_tile(cfg, FP8_LONG_TILE):
         tile = "fp8_long"
-    elif long_tile and tile == "mha" and MHA_LONG_TILE:
-        cfg.update(MHA_LONG_TILE)
+    elif long_tile and tile == "mha" and mha_long_tile(cfg["BLOCK_D"], q_len * group):
+        cfg.update(mha_long_tile(cfg["BLOCK_D"], q_len * group))
         tile = "mha_long"
     elif long_tile and tile == "grouped" and GROUPED_LONG_TILE and uses_prefetch_tile(cfg):
         cfg.update(GROUPED_LONG_TILE if merged_fixed else GROUPED_MID_TILE)
         tile = "grouped_long" if merged_fixed else "grouped_mid"
     return cfg, (PLANNER_SATURATION[tile] if PLANNER_SATURATION else SATURATION_PER_SM), tile
+
+
+def mha_long_tile(block_d: int, rows: int) -> dict | None:
+    """The "mha" tile class's long-chunk tile for a head dim padded to block_d and rows query rows a KV head:
+    MHA_PREFETCH_TILE for one row at head dim 128, else MHA_LONG_TILE (None: that one is off)."""
+    if MHA_PREFETCH_TILE and block_d == 128 and rows == 1:
+        return MHA_PREFETCH_TILE
+    return MHA_LONG_TILE
 
 
 @functools.lru_cache(maxsize=256)
@@ -1574,7 +1591,7 @@ def decode_splitk(
             share it must run one after another (one stream).
         long_tile: the partial kernel takes the long-chunk tile of the shapes' class (``split_config``): an fp8
             cache's ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of ``FP8_SPLIT_TILE``, the MHA tile's
-            ``MHA_LONG_TILE`` (3 stages), the grouped prefetching tile's ``GROUPED_LONG_TILE`` (128 tokens, one
+            ``mha_long_tile`` (3 stages; 32-token tiles with the page ids ahead for one row at head dim 128), the grouped prefetching tile's ``GROUPED_LONG_TILE`` (128 tokens, one
             program per SM) with counters, ``GROUPED_MID_TILE`` (64 tokens, two) without; ``plan_decode`` asks for it,
             from the lengths. Any lengths give the right output either way.
         table: planned mode with a cut made on the host (``plan_decode``: ``host_cut`` / ``host_table``), an int32
