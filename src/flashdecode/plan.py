@@ -305,10 +305,10 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     reason = f"up to {k} chunks a sequence: {k} fixed splits" + (" of the long fp8 tile" if long else "")
     programs = batch * num_kv_heads * head_blocks * k
     mha_tile = splitk.mha_long_tile(cfg["BLOCK_D"], q_len * group) if tile == "mha" and kv_itemsize == 2 else None
-    if mha_tile and _mha_long(chunk, programs, saturation * sms, mha_tile is splitk.MHA_PREFETCH_TILE):
+    prefetch = mha_tile is splitk.MHA_PREFETCH_TILE
+    if mha_tile and _mha_long(chunk, programs, saturation * sms, prefetch):
         # the same cut and grid, one more stage of loads in flight (or short tiles whose page ids load a tile ahead)
         long = True
-        prefetch = mha_tile is splitk.MHA_PREFETCH_TILE
         reason += " of the 32-token prefetching MHA tile" if prefetch else " of the 3-stage MHA tile"
     fat = _grouped_long_splits(splitk, cfg, tile, batch, q_len, num_q_heads, num_kv_heads * head_blocks, sms, visible)
     if fat:
