@@ -197,9 +197,10 @@ MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
 # plan.MHA_PREFETCH_MIN_TOKENS. H200 (scripts/mha_plan_probe.py --tile 32,3,p at ecf4311, A B A B through the plan):
 # 1.4-3.6% faster on all 19 bf16/fp16 rows it takes, the anchor grid's 16 x 4096 / 4 x 16384 / 1 x 65536 12/12 95.2 /
 # 96.3 / 95.1 -> 92.6 / 93.4 / 92.7 µs, 1 x 131072 12/12 183.9 -> 181.0 (over MHA_LONG_TILE); head dim 64 lost
-# (1 x 131072 12/12 99.9 -> 114.3), so it keeps MHA_LONG_TILE. Why: with the page-id load in the iteration the
-# 128-token tile gets one buffer of K/V loads (attend_range); the page-gather read of these rows with no math takes
-# 93.5 µs, the two products without the softmax 93.1-93.6 (ceiling_probe mha, mha_regs_probe). None: off
+# (1 x 131072 12/12 99.9 -> 114.3), so it keeps MHA_LONG_TILE. Found from the ceiling: the page-gather read of these
+# rows with no math takes 93.5 µs, the two products without the softmax 93.1-93.6 with 32- or 64-token tiles and
+# 95.6-96.0 with 128 (ceiling_probe mha, mha_regs_probe), the decode's 64-token tile without the prefetch 98.4-99.9;
+# why the prefetch closes most of the gap was not established. None: off
 MHA_PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # ...and the grouped prefetching tile (PREFETCH_TILE: 32 tokens, 3 stages, 4-5 programs per SM) 128 tokens at 3 stages
 # (192 KB: one program per SM, as the single pass's PREFETCH_ONE_WAVE_TILE), for plan_decode's fixed splits of one
