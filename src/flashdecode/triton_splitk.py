@@ -1332,10 +1332,11 @@ def split_config(
         cfg.update(SMALL_GROUP_SPLIT_TILE)
     tile = "grouped" if q_len * group >= 4 else ("small_group" if small else "mha")
     tile = "deep" if cfg["BLOCK_D"] > 128 else tile
+    mha_long = mha_long_tile(cfg["BLOCK_D"], q_len * group) if long_tile and tile == "mha" else None
     if long_fp8 and uses_tile(cfg, FP8_LONG_TILE):
         tile = "fp8_long"
-    elif long_tile and tile == "mha" and mha_long_tile(cfg["BLOCK_D"], q_len * group):
-        cfg.update(mha_long_tile(cfg["BLOCK_D"], q_len * group))
+    elif mha_long:
+        cfg.update(mha_long)
         tile = "mha_long"
     elif long_tile and tile == "grouped" and GROUPED_LONG_TILE and uses_prefetch_tile(cfg):
         cfg.update(GROUPED_LONG_TILE if merged_fixed else GROUPED_MID_TILE)
