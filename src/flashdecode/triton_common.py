@@ -536,24 +536,6 @@ def defer_row_sum(switch, block_n, prefetch_pages, kv_fp8):
     return bool(switch) and bool(prefetch_pages) and not kv_fp8 and block_n in (32, 128)
 
 
-# attend_range's walk from an empty state may fix each row's max at its first tile's: the tiles after it take
-# p = exp2(s - m) with no row max across the warps and no rescale of the state, and keep a per-token running max
-# instead, reduced once after the walk. If a row's scores rose more than FIXED_MAX_GAP above that first max
-# (p past fp16's range), the walk runs again with the online softmax. Experimental: FLASHDECODE_FIXED_MAX=1.
-FIXED_MAX = tl.constexpr(os.environ.get("FLASHDECODE_FIXED_MAX", "0") in ("1", "2"))
-# probe only, wrong when a row's scores rise past FIXED_MAX_GAP: FLASHDECODE_FIXED_MAX=2 has no second walk
-FIXED_MAX_WALK_AGAIN = tl.constexpr(os.environ.get("FLASHDECODE_FIXED_MAX", "0") != "2")
-# log2 units: p <= 2^15 fits fp16 (65504), the dtype of p in p . V for an fp16 cache
-FIXED_MAX_GAP = tl.constexpr(15.0)
-
-
-@triton.constexpr_function
-def fixed_max(switch, defer, use_dot, q_len, has_alibi):
-    """Whether attend_range fixes the max at the first tile (switch: FIXED_MAX): in the tensor-core tiles that defer
-    their row sums, one query token, no ALiBi (whose bias grows along the sequence)."""
-    return bool(switch) and bool(defer) and bool(use_dot) and q_len == 1 and not has_alibi
-
-
 @triton.jit
 def softmax_step(m_i, l_i, s, ROWS_MAY_BE_EMPTY: tl.constexpr = False, ROW_SUM: tl.constexpr = True):
     """One online-softmax step over a tile of scores s [BLOCK_H, N] (log2 units, -inf for masked tokens):
@@ -636,8 +618,6 @@ def attend_range(
     early_first=0,
     early_pages=0,
     EARLY_PAGES: tl.constexpr = False,
-    FROM_EMPTY: tl.constexpr = False,
-    LOOP_STAGES: tl.constexpr = None,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
@@ -693,11 +673,7 @@ def attend_range(
     # [BLOCK_H, BLOCK_N] per-token running sums of p, rescaled with the state, in the tiles that defer the row sums
     DEFER: tl.constexpr = defer_row_sum(DEFER_ROW_SUM, BLOCK_N, PREFETCH_PAGES, KV_FP8)
     l_tile = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
-    # FIXED_MAX (from an empty state): each row's max is its first tile's; m_tok [BLOCK_H, BLOCK_N] the per-token
-    # running max of the scores, checked once after the walk
-    FIXED: tl.constexpr = FROM_EMPTY and fixed_max(FIXED_MAX, DEFER, USE_DOT, Q_LEN, HAS_ALIBI)
-    m_tok = tl.full([q.shape[0], BLOCK_N], float("-inf"), tl.float32)
-    for tile_start in tl.range(first, end, BLOCK_N, num_stages=LOOP_STAGES):
+    for tile_start in range(first, end, BLOCK_N):
         if V_T == 1:
             tile_start = tl.multiple_of(tile_start, RUN_C(PAGE_SIZE, BLOCK_N))
         offs_n = tile_start + tl.arange(0, BLOCK_N)
@@ -783,25 +759,10 @@ def attend_range(
         else:
             # [BLOCK_H, BLOCK_N] scores in log2 units; padding tokens get -inf so exp2 gives exactly 0
             s = tl.where(mask_n[None, :], s, float("-inf"))
-        if FIXED:
-            if tile_start == first:
-                # every row has a valid token in the first tile (one query token), so the max is finite
-                m_i = tl.max(s, axis=1)
-            m_tok = tl.maximum(m_tok, s)
-            p = tl.exp2(s - m_i[:, None])
-            m_new = m_i
-        else:
-            m_new, alpha, p, l_i = softmax_step(m_i, l_i, s, Q_LEN > 1, not DEFER)
-        if FIXED:
-            l_tile = l_tile + p
-        elif DEFER:
+        m_new, alpha, p, l_i = softmax_step(m_i, l_i, s, Q_LEN > 1, not DEFER)
+        if DEFER:
             l_tile = l_tile * alpha[:, None] + p
-        if FIXED:
-            if DOT_F32:
-                acc = acc + tl.dot(p, v, input_precision="ieee")
-            else:
-                acc = acc + tl.dot(p.to(v.dtype), v)
-        elif not USE_DOT:
+        if not USE_DOT:
             acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
         elif DOT_F32:
             acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
@@ -810,18 +771,6 @@ def attend_range(
         m_i = m_new
     if DEFER:
         l_i = l_i + tl.sum(l_tile, axis=1)
-    if FIXED:
-        # an empty range leaves m_i at -inf: the gap is NaN there and the test false
-        gap = tl.max(tl.max(m_tok, axis=1) - m_i)
-        if FIXED_MAX_WALK_AGAIN and gap > FIXED_MAX_GAP:
-            # some row's p left fp16's range: the walk again, with the online softmax
-            m_i, l_i, acc = attend_range(
-                q, tl.full([q.shape[0]], float("-inf"), tl.float32), tl.zeros([q.shape[0]], tl.float32),
-                tl.zeros(acc.shape, tl.float32), K, V, BLOCK_ROW, stride_btp, start, end, qk_scale,
-                stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
-                PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
-                PREFETCH_PAGES, OFFS_I32, V_T, LOOP_STAGES=1,
-            )  # fmt: skip
     return m_i, l_i, acc
 
 
@@ -911,7 +860,7 @@ def attend_group(
         q, m_i, l_i, acc, k_head, v_head, BLOCK_ROW, stride_btp, start, whole, qk_scale,
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
         PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
-        PREFETCH_PAGES, OFFS_I32, 1 if V_T else 0, early_first, early_pages, EARLY_PAGES and not V_T, True,
+        PREFETCH_PAGES, OFFS_I32, 1 if V_T else 0, early_first, early_pages, EARLY_PAGES and not V_T,
     )  # fmt: skip
     if V_T:
         m_i, l_i, acc = attend_range(
