@@ -16,7 +16,9 @@ alternating the two trees):
 The planned path's remaining extra is triton_splitk.decode_splitk's own argument building (docs/design.md).
 Each backend is now timed with the cached launcher off (the host code above) and on (a replay; under the stubs it
 takes the interpreter's branch, kernel[grid] with tensors). 1acc50f, on a day the dev CPU ran ~2.7x slower than for
-the numbers above: triton 41.6 -> 23.8, triton_splitk 103.5 -> 41.5.
+the numbers above: triton 41.6 -> 23.8, triton_splitk 103.5 -> 41.5. b9bc217 (every ``_*_kernel`` stubbed; the
+list of four had missed ``_zero_counters_kernel``, which ran in the interpreter: triton_splitk ~1.9 ms a call):
+triton 28.1 -> 11.3, triton_splitk 45.6 -> 19.2.
 """
 
 import argparse
@@ -29,6 +31,7 @@ import pstats  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
+import triton  # noqa: E402
 
 from flashdecode import decode_attention, launcher, triton_single, triton_splitk  # noqa: E402
 from flashdecode.cases import random_paged_case  # noqa: E402
@@ -50,10 +53,17 @@ class _StubKernel:
 
 
 def stub_launches():
-    for module, name in ((triton_single, "_decode_single_kernel"), (triton_splitk, "_plan_kernel"),
-                         (triton_splitk, "_partial_kernel"), (triton_splitk, "_combine_kernel")):  # fmt: skip
-        assert hasattr(module, name), f"{module.__name__}.{name} is gone: update the stub list"
-        setattr(module, name, _StubKernel(getattr(module, name)))
+    """Stub every kernel the two backends launch: each module-level JIT function named ``_*_kernel`` (a kernel left
+    real runs in the interpreter and swamps the host time: ``_zero_counters_kernel`` did, ~1.9 ms a call)."""
+    stubbed = []
+    for module in (triton_single, triton_splitk):
+        for name, obj in list(vars(module).items()):
+            if name.startswith("_") and name.endswith("_kernel") and isinstance(obj, triton.runtime.jit.KernelInterface):
+                setattr(module, name, _StubKernel(obj))
+                stubbed.append(name)
+    for name in ("_decode_single_kernel", "_partial_kernel", "_combine_kernel"):
+        assert name in stubbed, f"{name} is gone: update the stub list"
+    return stubbed
 
 
 def per_call_us(variants, args, out, calls, rounds=7):
@@ -81,7 +91,7 @@ def main():
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--profile", action="store_true", help="also print a cProfile of each backend's calls")
     opts = parser.parse_args()
-    stub_launches()
+    print("stubbed:", ", ".join(stub_launches()))
     c = random_paged_case([128] * 8, 28, 4, 128, 16, torch.bfloat16, "cpu", spare_pages=0)
     out = torch.empty_like(c.q)
     backends = ("triton", "triton_splitk")
