@@ -17,5 +17,6 @@ for v in 0 64 64,3 0 128,6 64,3; do
 done
 rm -f $OUT/*/*.png
 .venv/bin/python scripts/ab_table.py $args > $OUT/ab.txt
-tar -czf $OUT/results.tar.gz -C $OUT $runs && rm -rf $OUT/pw-*/
+logs=$(for r in $runs; do echo $r.log; done)
+tar -czf $OUT/results.tar.gz -C $OUT $runs $logs && rm -rf $OUT/pw-*
 cat $OUT/ab.txt
