@@ -116,36 +116,6 @@ EVEN_SLACK = tl.constexpr(2)
 
 
 @triton.jit
-def prefetch_tokens_l2(
-    K, V, BLOCK_ROW, stride_btp, first, end, stride_kp, stride_kt, stride_vp, stride_vt,
-    PAGE_SIZE: tl.constexpr, BLOCK_D: tl.constexpr, TOKENS: tl.constexpr,
-):  # fmt: skip
-    """Probe (FLASHDECODE_PRE_WAIT): ask L2 for the K and V rows of tokens [first, min(first + TOKENS, end)) of one
-    KV head (K, V offset to it), one ``prefetch.global.L2`` per 128-byte line: no register written, nothing waited
-    for. Before a PDL wait the length and page ids may be stale; a prefetch only warms L2 (the point of coherence)."""
-    offs_t = first + tl.arange(0, TOKENS)
-    mask_t = offs_t < end
-    page = tl.load(BLOCK_ROW + (offs_t // PAGE_SIZE) * stride_btp, mask=mask_t, other=0).to(tl.int64)
-    row = (offs_t % PAGE_SIZE).to(tl.int64)
-    # [TOKENS, LINES] one address per 128-byte line of a token's row
-    ELEM_BYTES: tl.constexpr = K.dtype.element_ty.primitive_bitwidth // 8
-    LINE: tl.constexpr = 128 // ELEM_BYTES
-    offs_l = tl.arange(0, (BLOCK_D * ELEM_BYTES + 127) // 128) * LINE
-    mask = mask_t[:, None] & (offs_l[None, :] < BLOCK_D)
-    _prefetch_lines(K + page[:, None] * stride_kp + row[:, None] * stride_kt + offs_l[None, :], mask)
-    _prefetch_lines(V + page[:, None] * stride_vp + row[:, None] * stride_vt + offs_l[None, :], mask)
-
-
-@triton.jit
-def _prefetch_lines(ptrs, mask):
-    """``prefetch.global.L2`` of the line holding each unmasked address (no result, no wait)."""
-    tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-        "=r,l,r", [ptrs, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1,
-    )  # fmt: skip
-
-
-@triton.jit
 def even_test(longest, total, span):
     """The dual path's evenness test on a batch's longest and total visible lengths: longest * span * SLACK <= total *
     (SLACK + 1), span the batch size B (the longest at most 1 + 1 / SLACK times the mean), or in a full grid the
@@ -648,7 +618,6 @@ def attend_range(
     early_first=0,
     early_pages=0,
     EARLY_PAGES: tl.constexpr = False,
-    TRIGGER_TILES_LEFT: tl.constexpr = 0,
 ):
     """Online softmax over tokens [start, end) of one sequence and one KV head.
 
@@ -705,10 +674,6 @@ def attend_range(
     DEFER: tl.constexpr = defer_row_sum(DEFER_ROW_SUM, BLOCK_N, PREFETCH_PAGES, KV_FP8)
     l_tile = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
     for tile_start in range(first, end, BLOCK_N):
-        if TRIGGER_TILES_LEFT > 0:
-            # probe (FLASHDECODE_PRE_WAIT): the next kernel may launch once this many tiles are left
-            if tile_start + TRIGGER_TILES_LEFT * BLOCK_N >= end:
-                let_next_start(True)
         if V_T == 1:
             tile_start = tl.multiple_of(tile_start, RUN_C(PAGE_SIZE, BLOCK_N))
         offs_n = tile_start + tl.arange(0, BLOCK_N)
@@ -860,7 +825,7 @@ def attend_group(
     HAS_SOFTCAP: tl.constexpr, HAS_ALIBI: tl.constexpr, HAS_WINDOW: tl.constexpr, Q_LEN: tl.constexpr,
     KV_FP8: tl.constexpr, SCALE_PTR: tl.constexpr, PREFETCH_PAGES: tl.constexpr = False,
     OFFS_I32: tl.constexpr = False, V_T: tl.constexpr = False, early_first=0, early_pages=0,
-    EARLY_PAGES: tl.constexpr = False, TRIGGER_TILES_LEFT: tl.constexpr = 0,
+    EARLY_PAGES: tl.constexpr = False,
 ):  # fmt: skip
     """Attention of one head block of the Q_LEN x GROUP query rows of KV head ``kv_head`` of sequence ``seq`` (int64)
     over its tokens [start, end) of ``seqlen``: (out [BLOCK_H, BLOCK_D] fp32, lse [BLOCK_H] natural log), 0 and -inf
@@ -896,7 +861,6 @@ def attend_group(
         stride_kp, stride_kt, stride_vp, stride_vt, offs_d, qpos, slope, softcap, window,
         PAGE_SIZE, HEAD_DIM, BLOCK_N, DOT_F32, USE_DOT, HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8,
         PREFETCH_PAGES, OFFS_I32, 1 if V_T else 0, early_first, early_pages, EARLY_PAGES and not V_T,
-        TRIGGER_TILES_LEFT,
     )  # fmt: skip
     if V_T:
         m_i, l_i, acc = attend_range(

@@ -13,8 +13,6 @@ sequence).
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
@@ -39,7 +37,6 @@ from .triton_common import (
     longest_first,
     next_power_of_2,
     pages_before_lengths,
-    prefetch_tokens_l2,
     single_pass_long_grid,
     store_group,
     tile_programs_per_sm,
@@ -56,12 +53,6 @@ __all__ = ["decode_single"]
 # 574.8, 264 x 1000..8000 28/4 642.6 -> 557.4, 512 x 500..3000 32/8 828.9 -> 805.7; even batches 0.2-2.4 µs slower,
 # 512 x 512 32/8 3.9 (docs/design.md, "Longest first"). 0: never
 LONGEST_FIRST_MAX_BATCH = 512
-
-# probe: FLASHDECODE_PRE_WAIT="T[,k]": a chained single pass asks L2 for its first T tokens' K/V before its PDL wait
-# (``prefetch_tokens_l2``), and with k lets the next kernel launch once k tiles are left instead of after the walk
-_PRE_WAIT = [int(x) for x in os.environ.get("FLASHDECODE_PRE_WAIT", "0").split(",")]
-PRE_WAIT_TOKENS = _PRE_WAIT[0]
-PRE_WAIT_TRIGGER_TILES = _PRE_WAIT[1] if len(_PRE_WAIT) > 1 else 0
 
 
 @triton.jit
@@ -124,21 +115,10 @@ def _decode_single_kernel(
     EVEN_SPAN: tl.constexpr = 0,
     table_tokens=0,
     EARLY_PAGES: tl.constexpr = False,
-    PRE_WAIT: tl.constexpr = 0,
-    TRIGGER_TILES_LEFT: tl.constexpr = 0,
 ):
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
-    if PRE_WAIT > 0:
-        # probe: before the wait the length and page ids may be stale; the prefetch only warms L2
-        seq0 = tl.program_id(1).to(tl.int64)
-        len0 = tl.load(SEQLENS + seq0 * stride_sl)
-        prefetch_tokens_l2(
-            K + kv_head.to(tl.int64) * stride_kh, V + kv_head.to(tl.int64) * stride_vh,
-            BLOCK_TABLE + seq0 * stride_btb, stride_btp, 0, len0, stride_kp, stride_kt, stride_vp, stride_vt,
-            PAGE_SIZE, BLOCK_D, PRE_WAIT,
-        )  # fmt: skip
     # a call's first kernel (``chain_pdl``): the kernels before it have finished
     wait_for_previous(USE_PDL)
     if EVEN_B:
@@ -178,7 +158,7 @@ def _decode_single_kernel(
         ALIBI, K_SCALE, V_SCALE, softcap, window,
         GROUP, HEAD_DIM, PAGE_SIZE, BLOCK_H, BLOCK_N, BLOCK_D, DOT_F32, USE_DOT,
         HAS_SOFTCAP, HAS_ALIBI, HAS_WINDOW, Q_LEN, KV_FP8, SCALE_PTR, PREFETCH_PAGES, OFFS_I32, V_T,
-        0, early_pages, EARLY_PAGES and not LONGEST_B, TRIGGER_TILES_LEFT,
+        0, early_pages, EARLY_PAGES and not LONGEST_B,
     )  # fmt: skip
     if not EVEN_B:
         # the call's last kernel: the next call's first one may start when every program is here, not before (started
@@ -290,9 +270,6 @@ def decode_single(
         V_T=v_token_major(v_cache),
         table_tokens=block_table.shape[1] * page_size, EARLY_PAGES=pages_before_lengths(cfg, features),
         LONGEST_B=next_power_of_2(batch) if ordered else 0,
-        # probe (FLASHDECODE_PRE_WAIT): chained plain calls on a GPU only
-        **(dict(PRE_WAIT=PRE_WAIT_TOKENS, TRIGGER_TILES_LEFT=PRE_WAIT_TRIGGER_TILES)
-           if chain and not ordered and features is PLAIN and PRE_WAIT_TOKENS else {}),
         **features.kernel_args(cache_seqlens), **cfg, **({"launch_pdl": True} if chain else {}),
         programs_per_sm=tile_programs_per_sm(cfg, programs, num_sms),
     )  # fmt: skip
