@@ -65,6 +65,16 @@ def _read_kernel(X, OUT, n, per_prog, BLOCK: tl.constexpr):
 
 
 @triton.jit
+def program_chunk(CHUNKS):
+    """(c, seq int64, start, end): this program's chunk, c = program_id(0), from CHUNKS [3, n] (rows seq, start,
+    end)."""
+    c = tl.program_id(0)
+    n_chunks = tl.num_programs(0)
+    seq = tl.load(CHUNKS + c).to(tl.int64)
+    return c, seq, tl.load(CHUNKS + n_chunks + c), tl.load(CHUNKS + 2 * n_chunks + c)
+
+
+@triton.jit
 def _gather_kernel(
     K, V, TABLE, CHUNKS, OUT, stride_kp, stride_kt, stride_kh, stride_bt,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOTS: tl.constexpr = False,
@@ -72,12 +82,8 @@ def _gather_kernel(
     # chunk c = (seq, start, end) from CHUNKS [3, n]; program (c, kv head). The K and V tiles are summed in registers,
     # or with DOTS consumed as the decode consumes them, by its two products without the softmax (s = q K^T
     # [16, BLOCK_N], acc += s V [16, BLOCK_D], q = ones), so that Triton pipelines them through shared memory
-    c = tl.program_id(0)
-    n_chunks = tl.num_programs(0)
+    c, seq, start, end = program_chunk(CHUNKS)
     h = tl.program_id(1)
-    seq = tl.load(CHUNKS + c).to(tl.int64)
-    start = tl.load(CHUNKS + n_chunks + c)
-    end = tl.load(CHUNKS + 2 * n_chunks + c)
     offs_d = tl.arange(0, BLOCK_D)
     if DOTS:
         q = (tl.zeros([16, BLOCK_D], tl.float32) + 1.0).to(K.dtype.element_ty)

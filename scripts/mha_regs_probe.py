@@ -20,7 +20,7 @@ import os
 import torch
 import triton
 import triton.language as tl
-from ceiling_probe import MHA_ROWS, gather, graph_us
+from ceiling_probe import MHA_ROWS, gather, graph_us, program_chunk
 
 from flashdecode import decode_attention, plan_decode
 from flashdecode.bench import _l2_bytes, rotation_copies
@@ -35,13 +35,9 @@ def _regs_kernel(
     qk_scale, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     # program (chunk c = (seq, start, end) of CHUNKS [3, n], head h); one query row (group 1)
-    c = tl.program_id(0)
-    n_chunks = tl.num_programs(0)
+    c, seq, start, end = program_chunk(CHUNKS)
     h = tl.program_id(1)
     num_heads = tl.num_programs(1)
-    seq = tl.load(CHUNKS + c).to(tl.int64)
-    start = tl.load(CHUNKS + n_chunks + c)
-    end = tl.load(CHUNKS + 2 * n_chunks + c)
     offs_d = tl.arange(0, BLOCK_D)
     # [BLOCK_D] fp32, the scale in log2 units folded in
     q = tl.load(Q + seq * stride_qb + h * stride_qh + offs_d).to(tl.float32) * qk_scale
