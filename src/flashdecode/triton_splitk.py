@@ -1593,9 +1593,10 @@ def decode_splitk(
             share it must run one after another (one stream).
         long_tile: the partial kernel takes the long-chunk tile of the shapes' class (``split_config``): an fp8
             cache's ``FP8_LONG_TILE`` (128 tokens, 2 programs per SM) instead of ``FP8_SPLIT_TILE``, the MHA tile's
-            ``mha_long_tile`` (3 stages; 32-token tiles with the page ids ahead for one row at head dim 128), the grouped prefetching tile's ``GROUPED_LONG_TILE`` (128 tokens, one
-            program per SM) with counters, ``GROUPED_MID_TILE`` (64 tokens, two) without; ``plan_decode`` asks for it,
-            from the lengths. Any lengths give the right output either way.
+            ``mha_long_tile`` (3 stages; 32-token tiles with the page ids ahead for one row at head dim 128), the
+            grouped prefetching tile's ``GROUPED_LONG_TILE`` (128 tokens, one program per SM) with counters,
+            ``GROUPED_MID_TILE`` (64 tokens, two) without; ``plan_decode`` asks for it, from the lengths. Any
+            lengths give the right output either way.
         table: planned mode with a cut made on the host (``plan_decode``: ``host_cut`` / ``host_table``), an int32
             [4, chunks + B] tensor on q's device, instead of the planner launch; no window. With counters (zeroed,
             at least B * Hkv * head blocks, at most FUSED_MAX_CHUNKS chunks a sequence in the table) the last
