@@ -374,25 +374,17 @@ def test_deep_mha_tile_with_features(q_len, head_dim, device, small_gpu, monkeyp
 
 
 @pytest.mark.parametrize(
-    "chunk, programs, long",
-    [(4096, 384, True), (8192, 396, True), (4096, 792, True), (2048, 384, False), (8192, 320, False),
-     (8192, 288, False), (8192, 400, False)],
+    "prefetch, chunk, programs, long",
+    [(False, 4096, 384, True), (False, 8192, 396, True), (False, 4096, 792, True), (False, 2048, 384, False),
+     (False, 8192, 320, False), (False, 8192, 288, False), (False, 8192, 400, False),
+     (True, 1024, 384, True), (True, 2048, 384, True), (True, 4096, 792, True), (True, 512, 384, False),
+     (True, 1000, 396, False), (True, 2048, 320, False), (True, 8192, 400, False)],
 )  # fmt: skip
-def test_mha_long_rule(chunk, programs, long):
-    """The rule as measured on the H200 (132 SMs, 3 programs each: waves of 396): chunks of 4096 tokens or more on a
-    grid whose last wave is at least 90% full; 2048-token chunks and grids of 320, 288 or 400 programs keep the
-    2-stage tile."""
-    assert plan_module._mha_long(chunk, programs, 3 * 132) == long
-
-
-@pytest.mark.parametrize(
-    "chunk, programs, long",
-    [(1024, 384, True), (2048, 384, True), (4096, 792, True), (512, 384, False), (1000, 396, False),
-     (2048, 320, False), (8192, 400, False)],
-)  # fmt: skip
-def test_mha_prefetch_rule(chunk, programs, long):
-    """The prefetching MHA tile's rule (head dim 128, one row): chunks of 1024 tokens or more, the same fill."""
-    assert plan_module._mha_long(chunk, programs, 3 * 132, prefetch=True) == long
+def test_mha_long_rule(prefetch, chunk, programs, long):
+    """The rule as measured on the H200 (132 SMs, 3 programs each: waves of 396): a grid whose last wave is at least
+    90% full, with chunks of 4096 tokens or more for the 3-stage tile (2048-token chunks and grids of 320, 288 or 400
+    programs keep the 2-stage tile) and of 1024 or more for the prefetching tile (head dim 128, one row)."""
+    assert plan_module._mha_long(chunk, programs, 3 * 132, prefetch=prefetch) == long
 
 
 @pytest.mark.parametrize(
