@@ -181,7 +181,8 @@ def tile_for(row, splits, sms):
 
 
 def layout_for(row, splits, cfg, big_frac, small_tokens, heads_first):
-    """(NUM_BIG, NUM_SMALL, BIG_PER_1024, heads first): big_frac 1 is the fixed splits as the library cuts them."""
+    """(NUM_BIG, NUM_SMALL, BIG_PER_1024, heads first): big_frac 1 is the fixed splits as the library cuts them
+    (splits the plan's S, or the variant's own count of big pieces)."""
     if big_frac >= 1:
         return splits, 0, 1024, heads_first
     per_1024 = int(big_frac * 1024)
@@ -190,7 +191,7 @@ def layout_for(row, splits, cfg, big_frac, small_tokens, heads_first):
     return splits, max(1, cdiv(rest * cfg["BLOCK_N"], small_tokens)), per_1024, True
 
 
-def run_timed(x, layout, cfg, o_part, lse_part, times):
+def run_timed(x, layout, cfg, o_part, lse_part, times, maxnreg=None):
     q, k, v, lens, table = x.args
     num_big, num_small, per_1024, heads_first = layout
     group = q.shape[1] // k.shape[2]
@@ -203,6 +204,7 @@ def run_timed(x, layout, cfg, o_part, lse_part, times):
         table.stride(0), table.stride(1),
         NUM_BIG=num_big, NUM_SMALL=num_small, BIG_PER_1024=per_1024, GROUP=group, HEAD_DIM=128, PAGE_SIZE=k.shape[1],
         HEAD_BLOCKS=head_blocks, DOT_F32=dot_in_fp32(q.dtype), HEADS_FIRST=heads_first, **cfg,
+        **({"maxnreg": maxnreg} if maxnreg else {}),
     )  # fmt: skip
 
 
@@ -239,8 +241,27 @@ def summarise(times, sms):
     )  # fmt: skip
 
 
-VARIANTS = [("static", 1.0, 0), ("queue", 1.0, 0), ("queue", 0.8, 256), ("queue", 0.8, 512), ("queue", 0.9, 256),
-            ("queue", 0.9, 512)]  # fmt: skip
+VARIANTS = [("static", 1.0, 0, 0), ("queue", 1.0, 0, 0), ("queue", 0.8, 256, 0), ("queue", 0.8, 512, 0),
+            ("queue", 0.9, 256, 0), ("queue", 0.9, 512, 0)]  # fmt: skip
+
+
+def variants():
+    """VARIANTS, or TIMELINE_VARIANTS="kind:frac:small:big,...". big 0: the plan's S big pieces a sequence; big -N:
+    as many as fill N resident programs on every SM (N * #SMs programs of big pieces, when that divides evenly), the
+    small pieces then dealt by the block scheduler to the slots that free first."""
+    spec = os.environ.get("TIMELINE_VARIANTS")
+    if not spec:
+        return VARIANTS
+    return [(k, float(f), int(n), int(b)) for k, f, n, b in (v.split(":") for v in spec.split(","))]
+
+
+def tile_override(cfg):
+    """TIMELINE_TILE="BLOCK_N,stages[,p]" (p: the page-id prefetch) in place of the library's tile."""
+    spec = os.environ.get("TIMELINE_TILE")
+    if not spec:
+        return cfg
+    parts = spec.split(",")
+    return dict(cfg, BLOCK_N=int(parts[0]), num_stages=int(parts[1]), PREFETCH_PAGES=parts[2:] == ["p"])
 
 
 def main():
@@ -260,6 +281,7 @@ def main():
             continue
         splits = plan.num_splits
         cfg, heads_first = tile_for(row, splits, sms)
+        cfg = tile_override(cfg)
         copies = rotation_copies(c, l2)
         it = itertools.cycle(copies)
         out = torch.empty_like(c.q)
@@ -270,8 +292,12 @@ def main():
         group = row.num_q_heads // row.num_kv_heads
         heads = row.num_kv_heads * cdiv(group, cfg["BLOCK_H"])
         saved = {}
-        for kind, frac, small in VARIANTS:
-            layout = layout_for(row, splits, cfg, frac, small, heads_first)
+        for kind, frac, small, big in variants():
+            num_big = splits if big == 0 else -big * sms // heads // row.batch
+            if num_big * heads * row.batch != (splits * heads * row.batch if big == 0 else -big * sms):
+                print(f"{name}: {-big} programs a SM do not divide into {row.batch * heads} items; skipped")
+                continue
+            layout = layout_for(row, num_big, cfg, frac, small, heads_first)
             total = layout[0] + layout[1]
             slots = row.batch * total
             per_sm = 3 if (cfg["BLOCK_N"], cfg["num_stages"]) == (128, 2) else 4
@@ -283,7 +309,8 @@ def main():
             def run(x):
                 if kind == "queue":
                     return run_queue(x, layout, cfg, o_part, lse_part, times, counter, programs, maxnreg)
-                return run_timed(x, layout, cfg, o_part, lse_part, times)
+                # TIMELINE_MAXNREG: hold the static kernel to the programs per SM of the plain fixed splits
+                return run_timed(x, layout, cfg, o_part, lse_part, times, int(os.environ.get("TIMELINE_MAXNREG", 0)))
             o_part = torch.empty(slots, row.num_q_heads, 128, device="cuda")
             lse_part = torch.empty(slots, row.num_q_heads, device="cuda")
             times = torch.zeros(programs, 3, dtype=torch.int64, device="cuda")
@@ -311,7 +338,7 @@ def main():
                 run(next(it))
                 torch.cuda.synchronize()
                 runs.append(times.cpu().clone())
-            saved[(kind, frac, small)] = dict(layout=layout, cfg=cfg, runs=runs)
+            saved[(kind, frac, small, big)] = dict(layout=layout, cfg=cfg, runs=runs)
             timed_us = do_bench_cudagraph(lambda: run(next(it)), rep=30) * 1e3
             merged_us = do_bench_cudagraph(lambda: call(next(it)), rep=30) * 1e3
             stats = [summarise(r, sms) for r in runs]
@@ -323,7 +350,8 @@ def main():
             med = sorted(stats, key=lambda s: s["span"])[len(stats) // 2]
             line = (f"{name:<15} {kind:<6} big {layout[0]:<3} x {frac:<4} small {layout[1]:<4} ({small:>3} tok) "
                     f"{programs:>6} progs {regs} regs  plan {plan_us:6.1f}  timed {timed_us:6.1f}  "
-                    f"+combine {merged_us:6.1f}  span {med['span']:6.1f}  ends {med['end_q']}")  # fmt: skip
+                    f"+combine {merged_us:6.1f}  span {med['span']:6.1f}  last start {med['last_start']:5.1f}  "
+                    f"ends {med['end_q']}  by load {med['end_by_load']}")  # fmt: skip
             lines.append(line)
             print(line, flush=True)
         torch.save(saved, os.path.join(out_dir, f"timeline-{name.replace('/', '-')}.pt"))
