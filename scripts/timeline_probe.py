@@ -2,6 +2,7 @@
 and whether dealing the last tokens out dynamically gets it back.
 
     python scripts/timeline_probe.py [ROW,...]    (GPU; writes $OUT/timeline.jsonl and $OUT/timeline-*.pt)
+    TIMELINE_VARIANTS=static:1.0:0:-3,static:0.8:256:-3 TIMELINE_TILE=128,3 TIMELINE_MAXNREG=168 python ...
 
 A timed copy of the partial kernel's work: program (slot, KV head) runs ``attend_group`` over fixed split
 ``slot % S`` of sequence ``slot // S`` (the fixed mode's tiles; S = 1 is the single pass) with the tile the library
