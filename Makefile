@@ -26,5 +26,10 @@ fuzz: venv
 bench: venv
 	$(PY) -m flashdecode bench --preset anchor --out bench-out
 
+## lint: ruff (pyflakes, pycodestyle errors) over the package, tests and scripts (ruff installed into the venv on first use)
+lint: venv
+	@$(PY) -m ruff --version >/dev/null 2>&1 || $(PY) -m pip install -q ruff
+	$(PY) -m ruff check src tests scripts
+
 clean:
-	rm -rf $(VENV) bench-out .pytest_cache
+	rm -rf $(VENV) bench-out .pytest_cache .ruff_cache

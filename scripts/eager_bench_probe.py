@@ -36,7 +36,7 @@ def main():
     opts = parser.parse_args()
     rows = bench.PRESETS["anchor"]() if opts.rows == "anchor" else [parse_row(r) for r in opts.rows.split(",")]
     watch = {"hits": 0, "misses": 0}
-    real_replay, real_time_gpu = launcher.replay, bench.time_gpu
+    real_replay = launcher.replay
 
     def counting_replay(*args, **kwargs):
         ok = real_replay(*args, **kwargs)

@@ -39,10 +39,11 @@ def main():
         name = f"{batch}x{seqlen} {hq}/{hkv} D{d} T{q_len} ({blocks} blk)"
         for kind, warps in itertools.product(("single", "planned"), (4, 8)):
             over = dict(num_warps=warps)
-            if kind == "single":
-                fn = lambda: decode_single(*args, scale, torch.empty_like(q), None, config=over, features=features)
-            else:
-                fn = lambda: decode_splitk(*args, scale, torch.empty_like(q), None, config=over, features=features)
+            launch = decode_single if kind == "single" else decode_splitk
+
+            def fn(launch=launch, over=over):
+                return launch(*args, scale, torch.empty_like(q), None, config=over, features=features)
+
             try:
                 err = max_err(fn()[0], ref)
                 us = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3

@@ -40,7 +40,7 @@ def main():
         for label, k, v, layout in layouts(case, hkv):
             plan = plan_decode(case.q, k, case.cache_seqlens, case.block_table, kv_layout=layout)
 
-            def fn(k=k, v=v, layout=layout, plan=plan):
+            def fn(k=k, v=v, layout=layout, plan=plan, case=case):
                 return decode_attention(case.q, k, v, case.cache_seqlens, case.block_table, kv_layout=layout, plan=plan)
 
             assert max_err(fn(), ref) < 2e-2, (name, label)

@@ -39,17 +39,18 @@ def main():
         )
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
-        group = row.num_q_heads // row.num_kv_heads
         best = None
         variants = [("single", None)] + [("planned", p) for p in PLANS]
         for (bn, warps, stages), (kind, ppsm) in itertools.product(TILES, variants):
             cfg = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages)
             it = itertools.cycle(copies)
             if kind == "single":
-                fn = lambda: decode_single(*next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg)
+                fn = lambda: decode_single(  # noqa: E731
+                    *next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg
+                )
             else:
                 triton_splitk.PLANNER_SATURATION, triton_splitk.SATURATION_PER_SM = None, ppsm
-                fn = lambda: triton_splitk.decode_splitk(
+                fn = lambda: triton_splitk.decode_splitk(  # noqa: E731
                     *next(it).args, 128**-0.5, torch.empty_like(c.q), None, config=cfg
                 )
             try:

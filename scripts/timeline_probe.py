@@ -356,7 +356,7 @@ def main():
             lines.append(line)
             print(line, flush=True)
         torch.save(saved, os.path.join(out_dir, f"timeline-{name.replace('/', '-')}.pt"))
-        del c, copies, it, ref
+        c = copies = it = ref = None  # free this row's caches
         torch.cuda.empty_cache()
     print()
     for line in lines:

@@ -50,12 +50,12 @@ def test_merge_of_two_halves_equals_whole(device):
 
 
 def test_merge_validation():
-    o, l = torch.zeros(2, 3, 4), torch.zeros(2, 3)
+    o, lse = torch.zeros(2, 3, 4), torch.zeros(2, 3)
     with pytest.raises(TypeError, match="lse_a must be float32, got torch.float64"):
-        merge_states(o, l.double(), o, l)
+        merge_states(o, lse.double(), o, lse)
     with pytest.raises(ValueError, match=r"lse_b must have shape \(2, 3\)"):
-        merge_states(o, l, o, l[:, :2])
+        merge_states(o, lse, o, lse[:, :2])
     with pytest.raises(ValueError, match="out_a and out_b must match"):
-        merge_states(o, l, o.half(), l)
+        merge_states(o, lse, o.half(), lse)
     with pytest.raises(TypeError, match="out_a must be a torch.Tensor"):
-        merge_states([1.0], l, o, l)
+        merge_states([1.0], lse, o, lse)

@@ -352,10 +352,10 @@ def test_auto_planner_reads_no_values():
     assert name in ("triton", "triton_splitk", "torch_sdpa")
 
 
-def _published_combine(acc_unnormalised, m, l):
+def _published_combine(acc_unnormalised, m, l_s):
     """The seed blog post's combine: partials stored as acc_s (unnormalised), weighted by l_s * exp(m_s - M)."""
     big_m = m.max()
-    w = l * torch.exp(m - big_m)
+    w = l_s * torch.exp(m - big_m)
     return (w[:, None] * acc_unnormalised).sum(0) / w.sum()
 
 
@@ -370,17 +370,17 @@ def test_published_combine_is_wrong_and_ours_is_right():
     s = torch.randn(48, generator=gen, dtype=torch.float64) * 3
     v = torch.randn(48, 8, generator=gen, dtype=torch.float64)
     exact = torch.softmax(s, 0) @ v
-    acc, m, l, o, lse = [], [], [], [], []
+    acc, m, l_s, o, lse = [], [], [], [], []
     for chunk in range(3):
         sc, vc = s[16 * chunk : 16 * chunk + 16], v[16 * chunk : 16 * chunk + 16]
         m_s = sc.max()
         p = torch.exp(sc - m_s)
-        acc.append(p @ vc), m.append(m_s), l.append(p.sum())
-        o.append(acc[-1] / l[-1]), lse.append(m_s + torch.log(l[-1]))
-    acc, m, l, o, lse = map(torch.stack, (acc, m, l, o, lse))
+        acc.append(p @ vc), m.append(m_s), l_s.append(p.sum())
+        o.append(acc[-1] / l_s[-1]), lse.append(m_s + torch.log(l_s[-1]))
+    acc, m, l_s, o, lse = map(torch.stack, (acc, m, l_s, o, lse))
     ours = _correct_combine(o, lse)
     assert (ours - exact).abs().max() < 1e-12
-    published = _published_combine(acc, m, l)
+    published = _published_combine(acc, m, l_s)
     rel = (published - exact).norm() / exact.norm()
     assert rel > 0.1, f"the published combine should be far off, got relative error {rel:.3g}"
     assert not math.isclose(float(rel), 0.0)

@@ -22,7 +22,7 @@ from helpers import (
 
 from flashdecode import decode_attention
 from flashdecode.triton_splitk import chunk_plan, num_candidates, split_bounds, splitk_partials_mirror
-from flashdecode.triton_tma import check_supported, decode_tma, grid_slots, tma_config
+from flashdecode.triton_tma import check_supported, decode_tma, grid_slots
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

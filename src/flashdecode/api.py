@@ -328,10 +328,10 @@ def _from_torch(fn, with_features=True):
                 softcap=features.softcap, alibi_slopes=features.alibi_slopes, sinks=features.sinks,
                 window_left=features.window_left, k_scale=features.k_scale, v_scale=features.v_scale,
             )  # fmt: skip
-        o, l = fn(q, k_cache, v_cache, cache_seqlens, block_table, scale, **kwargs)
+        o, lse_o = fn(q, k_cache, v_cache, cache_seqlens, block_table, scale, **kwargs)
         out.copy_(o)
         if lse is not None:
-            lse.copy_(l)
+            lse.copy_(lse_o)
 
     return run
 

@@ -297,7 +297,7 @@ def measure_read_bandwidth(device) -> float:
     from triton.testing import do_bench
 
     x = torch.empty(2 << 30, dtype=torch.bfloat16, device=device).uniform_()
-    ms = do_bench(lambda: x.sum(), warmup=50, rep=300, return_mode="median")
+    ms = do_bench(x.sum, warmup=50, rep=300, return_mode="median")
     nbytes = x.numel() * x.element_size()
     del x
     torch.cuda.empty_cache()
@@ -391,7 +391,6 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
     """
     import itertools
 
-    import torch
     from triton.testing import do_bench, do_bench_cudagraph
 
     cycle = itertools.cycle(copies)

@@ -110,8 +110,9 @@ def reference_streaming(q, k_cache, v_cache, cache_seqlens, block_table, softmax
     """Float64 decode attention by the online-softmax recurrence, one page at a time.
 
     For each page P of scores s (per query head):
-        m' = max(m, max(s));  l' = l * exp(m - m') + sum(exp(s - m'));  acc' = acc * exp(m - m') + exp(s - m') @ V_P
-    and at the end out = acc / l, lse = m + log(l). Same arguments and results as ``reference_dense``.
+        m_i' = max(m_i, max(s));  l_i' = l_i * exp(m_i - m_i') + sum(exp(s - m_i'));
+        acc' = acc * exp(m_i - m_i') + exp(s - m_i') @ V_P
+    and at the end out = acc / l_i, lse = m_i + log(l_i). Same arguments and results as ``reference_dense``.
     """
     q, k_cache, v_cache = _to64(q, k_cache, v_cache)
     batch, num_q_heads, head_dim = q.shape
@@ -123,8 +124,8 @@ def reference_streaming(q, k_cache, v_cache, cache_seqlens, block_table, softmax
     out = torch.zeros(batch, num_q_heads, head_dim, dtype=torch.float64)
     lse = torch.full((batch, num_q_heads), -math.inf, dtype=torch.float64)
     for b, seqlen in enumerate(seqlens):
-        m = torch.full((num_q_heads,), -math.inf, dtype=torch.float64)
-        l = torch.zeros(num_q_heads, dtype=torch.float64)
+        m_i = torch.full((num_q_heads,), -math.inf, dtype=torch.float64)
+        l_i = torch.zeros(num_q_heads, dtype=torch.float64)
         acc = torch.zeros(num_q_heads, head_dim, dtype=torch.float64)
         for start in range(0, seqlen, page_size):
             rows = min(page_size, seqlen - start)
@@ -132,15 +133,15 @@ def reference_streaming(q, k_cache, v_cache, cache_seqlens, block_table, softmax
             k = k_cache[page, :rows].repeat_interleave(group, dim=1)  # [rows, Hq, D]
             v = v_cache[page, :rows].repeat_interleave(group, dim=1)
             s = torch.einsum("hd,rhd->hr", q[b], k) * scale  # [Hq, rows]
-            m_new = torch.maximum(m, s.max(dim=1).values)
-            alpha = torch.exp(m - m_new)  # exp(-inf) = 0 on the first page
+            m_new = torch.maximum(m_i, s.max(dim=1).values)
+            alpha = torch.exp(m_i - m_new)  # exp(-inf) = 0 on the first page
             p = torch.exp(s - m_new[:, None])
-            l = l * alpha + p.sum(dim=1)
+            l_i = l_i * alpha + p.sum(dim=1)
             acc = acc * alpha[:, None] + torch.einsum("hr,rhd->hd", p, v)
-            m = m_new
+            m_i = m_new
         if seqlen > 0:
-            out[b] = acc / l[:, None]
-            lse[b] = m + torch.log(l)
+            out[b] = acc / l_i[:, None]
+            lse[b] = m_i + torch.log(l_i)
     return out, lse
 
 

@@ -13,7 +13,6 @@ sequence).
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
