@@ -33,8 +33,9 @@ def table(paths) -> str:
     for path in paths:
         data = json.load(open(path))
         meta = meta or data["meta"]
+        earlier = set(by_row)  # a row an earlier file timed keeps that file's times (e.g. dims' 128 after anchor)
         for r in data["results"]:
-            if r["status"] == "ok" and r.get("graph_us"):
+            if r["status"] == "ok" and r.get("graph_us") and r["row"] not in earlier:
                 by_row.setdefault(r["row"], {})[r["backend"]] = r
     lines = [
         "| B × S, heads Hq/Hkv | K+V MB | `auto` µs | with plan µs | GB/s | FlashInfer µs | SGLang µs | vLLM µs "

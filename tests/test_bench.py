@@ -27,6 +27,7 @@ def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys, device):
     assert md.count("\n|") > len(results)
     for png in ("gbps_vs_seqlen.png", "us_vs_batch.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "speedup.png").exists()  # no peer ran
     # redraw from the saved JSON
     assert main(["plot", str(out / "results.json"), "--out", str(tmp_path / "again")]) == 0
     assert (tmp_path / "again" / "us_vs_batch.png").exists()
@@ -38,6 +39,26 @@ def test_gate_rejects_a_broken_backend(device):
     by = {r["backend"]: r for r in results}
     assert by["triton"]["status"] == "wrong" and "eager_us" not in by["triton"]
     assert by["torch_sdpa"]["status"] == "ok"
+
+
+def test_speedup_plot_against_the_fastest_peer(tmp_path):
+    from flashdecode.plots import _speedups, plot_results
+
+    def rec(row, backend, us, status="ok"):
+        return dict(row=row, backend=backend, graph_us=us, status=status, seqlens=[8], max_seqlen=8, batch=1,
+                    num_q_heads=4, num_kv_heads=2, head_dim=64, page_size=16, dtype="bf16", gbps=1.0)  # fmt: skip
+
+    results = [
+        rec("a", "auto", 10.0), rec("a", "auto_plan", 8.0), rec("a", "flashinfer", 12.0), rec("a", "vllm_triton", 16.0),
+        rec("b", "auto", 20.0), rec("b", "flashinfer", 10.0), rec("b", "sglang_triton", 5.0, status="wrong"),
+        rec("c", "auto", 1.0),  # no peer: no bar
+    ]
+    assert _speedups(results, ("auto_plan", "auto"), ("flashinfer", "sglang_triton", "vllm_triton")) == [
+        ("a", {"auto_plan": 1.5, "auto": 1.2}), ("b", {"auto": 0.5}),
+    ]
+    paths = plot_results(results, {"gpu": "test GPU", "commit": "abc"}, str(tmp_path))
+    assert str(tmp_path / "speedup.png") in paths
+    assert (tmp_path / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_missing_peer_is_skipped_not_an_error(device):

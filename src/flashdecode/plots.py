@@ -1,4 +1,5 @@
-"""Plots of benchmark results: GB/s against context length and µs against batch, one line per backend."""
+"""Plots of benchmark results: GB/s against context length and µs against batch, one line per backend; and, where
+peers ran, each row's speed against the fastest peer of the same run."""
 
 from __future__ import annotations
 
@@ -22,8 +23,46 @@ def _time(r):
     return r.get("graph_us") or r.get("eager_us")
 
 
+def _speedups(results, ours, peers):
+    """[(row, {our backend: fastest peer's time / its time})] in the results' row order, for rows where a peer and
+    one of ours ran."""
+    by_row = {}
+    for r in results:
+        if r["status"] == "ok" and _time(r):
+            by_row.setdefault(r["row"], {})[r["backend"]] = _time(r)
+    rows = []
+    for row, times in by_row.items():
+        peer = min((t for b, t in times.items() if b in peers), default=None)
+        mine = {b: peer / times[b] for b in ours if b in times} if peer else {}
+        if mine:
+            rows.append((row, mine))
+    return rows
+
+
+def _plot_speedup(plt, speedups, title, path):
+    """Horizontal bars, one group per row: our backends' speed over the fastest peer's (1 = as fast)."""
+    backends = list(dict.fromkeys(b for _, mine in speedups for b in mine))
+    height = 0.8 / len(backends)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.32 * len(speedups) * max(1, len(backends) / 2)))
+    for i, backend in enumerate(backends):
+        ys = [k + i * height for k, (_, mine) in enumerate(speedups) if backend in mine]
+        xs = [mine[backend] for _, mine in speedups if backend in mine]
+        ax.barh(ys, xs, height=height, label=backend)
+    ax.axvline(1.0, color="gray", linestyle="--", linewidth=1, label="fastest peer")
+    ax.set_yticks([k + 0.4 - height / 2 for k in range(len(speedups))], [row for row, _ in speedups], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed over the fastest peer of the same run (its time / ours)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_results(results, meta, out_dir) -> list[str]:
-    """Write gbps_vs_seqlen.png and us_vs_batch.png into out_dir; returns the paths written."""
+    """Write gbps_vs_seqlen.png and us_vs_batch.png into out_dir, and speedup.png where peers and flashdecode's
+    backends timed the same rows; returns the paths written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,5 +107,12 @@ def plot_results(results, meta, out_dir) -> list[str]:
         path = os.path.join(out_dir, fname)
         fig.savefig(path, dpi=110)
         plt.close(fig)
+        paths.append(path)
+    from .bench import FLASHDECODE_BACKENDS, PEERS, PLANNED
+
+    speedups = _speedups(results, (PLANNED,) + FLASHDECODE_BACKENDS, PEERS)
+    if speedups:
+        path = os.path.join(out_dir, "speedup.png")
+        _plot_speedup(plt, speedups, f"flashdecode against its peers on {where} (commit {commit})", path)
         paths.append(path)
     return paths
