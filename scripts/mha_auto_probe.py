@@ -5,9 +5,17 @@ float64 reference first. Rows: the anchor grid's MHA rows, MHA rows in 131072-to
 tables`, where `auto` sizes its cut from the capacity), short and many-head rows. Writes $OUT/mha-auto.jsonl, prints
 a table last.
 
-    python scripts/mha_auto_probe.py
+    python scripts/mha_auto_probe.py                       (library against prefetch)
+    MHA_AUTO_VARIANTS=library,prefetch4,prefetch3x python scripts/mha_auto_probe.py
+
+Variants: ``prefetch`` keeps the "mha" class's planner target of 3 programs per SM, which the launch cannot enforce on
+this 19 KB kernel (``launcher.cap_programs_per_sm`` would pad it past 48 KB, which needs a per-kernel opt-in the
+kernel lacks), so a planned grid's programs with work may pile onto fewer SMs. ``prefetch4`` aims the planner at 4
+(padding to ~45 KB enforces it); ``prefetch3x`` keeps 3 and opts the kernel in to the padding
+(``cuFuncSetAttribute``, MAX_DYNAMIC_SHARED_SIZE_BYTES, through ctypes).
 """
 
+import ctypes
 import itertools
 import json
 import os
@@ -45,6 +53,45 @@ def prefetching_split_config(head_dim, group, dtype, q_len, kv_itemsize, num_kv_
     return cfg, saturation, tile
 
 
+def prefetching_split_config_4(*args, **kwargs):
+    """prefetching_split_config with the planner aiming at 4 programs per SM for the prefetching tile."""
+    cfg, saturation, tile = prefetching_split_config(*args, **kwargs)
+    if tile == "mha" and triton_splitk.uses_tile(cfg, triton_splitk.MHA_PREFETCH_TILE):
+        saturation = 4
+    return cfg, saturation, tile
+
+
+_original_cap = launcher.cap_programs_per_sm
+
+
+def cap_with_opt_in(compiled, programs):
+    """launcher.cap_programs_per_sm, opting the kernel in to dynamic shared memory past 48 KB first where the padding
+    needs it."""
+    meta = getattr(compiled, "packed_metadata", None)
+    if meta is not None and len(meta) == 3:
+        from triton.runtime import driver
+
+        props = driver.active.utils.get_device_properties(driver.active.get_current_device())
+        shared = launcher.padded_shared_memory(compiled.metadata.shared, programs, props["max_shared_mem"] + 1024)
+        if shared > 48 * 1024 >= compiled.metadata.shared:
+            compiled._init_handles()
+            cuda = ctypes.CDLL("libcuda.so.1")
+            rc = cuda.cuFuncSetAttribute(ctypes.c_void_p(compiled.function), 8, ctypes.c_int(shared))
+            assert rc == 0, f"cuFuncSetAttribute: CUresult {rc}"
+            compiled.packed_metadata = (meta[0], meta[1], shared)
+            return True
+    return _original_cap(compiled, programs)
+
+
+# name: (split_config, cap_programs_per_sm)
+VARIANTS = {
+    "library": (_split_config, _original_cap),
+    "prefetch": (prefetching_split_config, _original_cap),
+    "prefetch4": (prefetching_split_config_4, _original_cap),
+    "prefetch3x": (prefetching_split_config, cap_with_opt_in),
+}
+
+
 def main():
     out_dir = os.environ.get("OUT", ".")
     log = open(os.path.join(out_dir, "mha-auto.jsonl"), "w")
@@ -56,11 +103,13 @@ def main():
                               spare_pages=0, extra_table_columns=extra)  # fmt: skip
         ref, _ = reference_dense(*c.args, device="cuda")
         copies = rotation_copies(c, l2)
-        times = {"library": [], "prefetch": []}
-        for name in ("library", "prefetch") * 2:
+        names = os.environ.get("MHA_AUTO_VARIANTS", "library,prefetch").split(",")
+        times = {name: [] for name in names}
+        for name in names * 2:
             launcher.clear()
-            with patch.object(triton_splitk, "split_config",
-                              prefetching_split_config if name == "prefetch" else _split_config):  # fmt: skip
+            launcher._capped.clear()
+            config, cap = VARIANTS[name]
+            with patch.object(triton_splitk, "split_config", config), patch.object(launcher, "cap_programs_per_sm", cap):
                 it = itertools.cycle(copies)
 
                 def fn():
@@ -73,9 +122,10 @@ def main():
         label = row.name() + (f" T{c.block_table.shape[1] * 16}" if extra > 2 else "")
         log.write(json.dumps(dict(row=label, **{k: [round(t, 2) for t in v] for k, v in times.items()})) + "\n")
         log.flush()
-        a, b = times["library"], times["prefetch"]
-        line = (f"{label:<32} library {' '.join(f'{t:6.1f}' for t in a)}  prefetch {' '.join(f'{t:6.1f}' for t in b)}"
-                f"  {min(b) / min(a) - 1:+6.1%}")  # fmt: skip
+        base = min(times[names[0]])
+        line = f"{label:<32}" + "".join(
+            f"  {n} {' '.join(f'{t:6.1f}' for t in v)} ({min(v) / base - 1:+5.1%})" for n, v in times.items()
+        )
         table.append(line)
         print(line, flush=True)
     print()
