@@ -8,15 +8,13 @@ out of L2, every variant checked against the float64 reference first. Writes $OU
 """
 
 import itertools
-import json
-import os
 import sys
 
 import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, plan, plan_decode, triton_splitk
-from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, ProbeLog, Row, _l2_bytes, quantize_kv, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -53,11 +51,9 @@ def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     rows, variants = {"short": (SHORT_ROWS, SHORT_VARIANTS), "target": (TARGET_ROWS, TARGET_VARIANTS)}.get(
         mode, (ROWS, VARIANTS))  # fmt: skip
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, f"fp8-plan{'-' + mode if mode else ''}.jsonl"), "w")
+    log = ProbeLog(f"fp8-plan{'-' + mode if mode else ''}")
     l2 = _l2_bytes("cuda")
     threshold, target = plan.FP8_LONG_MIN_TOKENS, triton_splitk.PLANNER_SATURATION["fp8_long"]
-    table = []
     for row in rows:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
@@ -85,15 +81,10 @@ def main():
             assert err < 0.05, f"{row.name()} {name}: wrong, err {err}"
             res[name] = do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
         plan.FP8_LONG_MIN_TOKENS, triton_splitk.PLANNER_SATURATION["fp8_long"] = threshold, target
-        log.write(json.dumps(dict(row=row.name() + " e4m3", **{k: round(v, 2) for k, v in res.items()},
-                                  splits=notes)) + "\n")  # fmt: skip
-        log.flush()
         line = f"{row.name():<22} " + "  ".join(f"{k} {v:6.1f}{'/' + notes[k] if k in notes else ''}"
                                                 for k, v in res.items())  # fmt: skip
-        table.append(line)
-        print(line, flush=True)
-    print()
-    print("\n".join(table))
+        log.row(dict(row=row.name() + " e4m3", **{k: round(v, 2) for k, v in res.items()}, splits=notes), line)
+    log.close()
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ kernel lacks), so a planned grid's programs with work may pile onto fewer SMs. `
 
 import ctypes
 import itertools
-import json
 import os
 from unittest.mock import patch
 
@@ -25,7 +24,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, triton_splitk
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.bench import ProbeLog, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -93,10 +92,8 @@ VARIANTS = {
 
 
 def main():
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "mha-auto.jsonl"), "w")
+    log = ProbeLog("mha-auto")
     l2 = _l2_bytes("cuda")
-    table = []
     for row, extra in ROWS:
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[row.dtype]
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, dtype, "cuda",
@@ -120,16 +117,12 @@ def main():
                 times[name].append(do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3)
         launcher.clear()
         label = row.name() + (f" T{c.block_table.shape[1] * 16}" if extra > 2 else "")
-        log.write(json.dumps(dict(row=label, **{k: [round(t, 2) for t in v] for k, v in times.items()})) + "\n")
-        log.flush()
         base = min(times[names[0]])
         line = f"{label:<32}" + "".join(
             f"  {n} {' '.join(f'{t:6.1f}' for t in v)} ({min(v) / base - 1:+5.1%})" for n, v in times.items()
         )
-        table.append(line)
-        print(line, flush=True)
-    print()
-    print("\n".join(table))
+        log.row(dict(row=label, **{k: [round(t, 2) for t in v] for k, v in times.items()}), line)
+    log.close()
 
 
 if __name__ == "__main__":

@@ -15,8 +15,6 @@ it) and ``read`` (the loads summed).
 """
 
 import itertools
-import json
-import os
 import sys
 
 import torch
@@ -25,7 +23,7 @@ import triton.language as tl
 
 sys.path.insert(0, "src")
 from flashdecode import decode_attention, plan_decode  # noqa: E402
-from flashdecode.bench import Row, probe_case, probe_graph_us  # noqa: E402
+from flashdecode.bench import ProbeLog, Row, probe_case, probe_graph_us  # noqa: E402
 from flashdecode.check import max_err  # noqa: E402
 from flashdecode.triton_common import LOG2E  # noqa: E402
 
@@ -122,9 +120,7 @@ def check_cpu():
 
 
 def main():
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "pack.jsonl"), "w")
-    lines = []
+    log = ProbeLog("pack")
     for row in ROWS:
         c, ref, copies = probe_case(row.seqlens, row.num_q_heads, row.num_kv_heads)
         it = itertools.cycle(copies)
@@ -141,20 +137,15 @@ def main():
             res[f"{mode}/h{heads}/{block_n}x{stages}"] = probe_graph_us(
                 lambda: pack_decode(next(it), out, sink, heads, block_n, stages, mode))
         res["plan again"] = probe_graph_us(lambda: decode_attention(*next(it).args, out=out, plan=plan))
-        log.write(json.dumps(dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()})) + "\n")
-        log.flush()
+        lines = []
         for mode in MODES:
             cells = "  ".join(f"{k.split('/', 1)[1]} {v:5.1f}" for k, v in res.items() if k.startswith(mode + "/"))
-            line = f"{row.name():<15} {mode:<6} {cells}"
-            lines.append(line)
-            print(line, flush=True)
-        line = f"{row.name():<15} plan   {res['plan']:5.1f} / {res['plan again']:5.1f}"
-        lines.append(line)
-        print(line, flush=True)
+            lines.append(f"{row.name():<15} {mode:<6} {cells}")
+        lines.append(f"{row.name():<15} plan   {res['plan']:5.1f} / {res['plan again']:5.1f}")
+        log.row(dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()}), "\n".join(lines))
         c = ref = copies = it = None  # free this row's caches
         torch.cuda.empty_cache()
-    print()
-    print("\n".join(lines))
+    log.close()
 
 
 if __name__ == "__main__":

@@ -9,11 +9,10 @@ time listed in ../shared/PERF.md. The last line names the commit, GPU, versions 
 """
 
 import json
-import math
 import sys
 
 sys.path.insert(0, "scripts")
-from anchor_report import PERF_PEER_US  # noqa: E402
+from anchor_report import PERF_PEER_US, geomean  # noqa: E402
 
 PEERS = {"FlashInfer": ("flashinfer", "flashinfer_tc"), "SGLang": ("sglang_triton",), "vLLM": ("vllm_triton",)}
 
@@ -63,7 +62,7 @@ def table(paths) -> str:
             + " | ".join(f"{cells[n]:.1f}" if cells[n] is not None else "-" for n in PEERS)
             + f" | {f'{ratio:.2f}×' if ratio else '-'} | {perf if perf else '-'} |"
         )
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else float("nan")
+    geo = geomean(ratios)
     lines.append("")
     lines.append(
         f"Geometric mean of \"vs fastest\" over these {len(ratios)} rows: {geo:.3f}×. Commit {meta.get('commit')}, "

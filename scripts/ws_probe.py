@@ -8,15 +8,13 @@ out of L2). Writes $OUT/ws.jsonl, prints a table last.
 """
 
 import itertools
-import json
-import os
 import traceback
 
 import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, plan_decode, triton_tma
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.bench import ProbeLog, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -41,10 +39,8 @@ def graph_us(copies, ref, label, fn_of):
 
 
 def main():
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "ws.jsonl"), "w")
+    log = ProbeLog("ws")
     l2 = _l2_bytes("cuda")
-    table = []
     for row in ROWS:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda")
         ref, _ = reference_dense(c.q, c.k_cache.float(), c.v_cache.float(), *c.args[3:], device="cuda")
@@ -65,14 +61,10 @@ def main():
                 traceback.print_exc()
                 res[name] = None
                 print(f"{row.name()} {name}: failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
-        log.write(json.dumps(dict(row=row.name(), **res)) + "\n")
-        log.flush()
         line = f"{row.name():<22} " + "  ".join(
             f"{k} {v:7.1f}" if v is not None else f"{k}  failed" for k, v in res.items())
-        table.append(line)
-        print(line, flush=True)
-    print()
-    print("\n".join(table))
+        log.row(dict(row=row.name(), **res), line)
+    log.close()
 
 
 if __name__ == "__main__":
