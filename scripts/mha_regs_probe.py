@@ -14,8 +14,6 @@ loaded into registers) against the plan's 97.1-98.6. This probe times, over the 
 """
 
 import itertools
-import json
-import os
 
 import torch
 import triton
@@ -23,7 +21,7 @@ import triton.language as tl
 from ceiling_probe import MHA_ROWS, gather, graph_us, program_chunk
 
 from flashdecode import decode_attention, plan_decode
-from flashdecode.bench import _l2_bytes, rotation_copies
+from flashdecode.bench import ProbeLog, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 
 LOG2E = 1.4426950408889634
@@ -93,10 +91,8 @@ def merge(chunk_list, o_part, lse_part, batch):
 
 
 def main():
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "mha_regs.jsonl"), "w")
+    log = ProbeLog("mha_regs")
     l2 = _l2_bytes("cuda")
-    table = []
     for row in MHA_ROWS:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
@@ -131,8 +127,6 @@ def main():
                 res[f"regs/{size}/bn{bn}w{warps}s{stages}"] = graph_us(
                     lambda: regs(next(cit), ch, o_part, lse_part, bn, warps, stages))
         rec = dict(row=row.name(), kv_mb=round(kv_bytes / 1e6, 1), **{k: round(v, 2) for k, v in res.items()})
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
 
         def best(prefix):
             return min((v, k) for k, v in res.items() if k.startswith(prefix))
@@ -140,11 +134,8 @@ def main():
         g, d, r = best("gather"), best("dots"), best("regs")
         line = (f"{row.name():<14} gather {g[0]:>6.1f}  dots {d[0]:>6.1f} ({d[1]})  regs {r[0]:>6.1f} "
                 f"({kv_bytes / r[0] / 1e3:>5.0f} GB/s, {r[1]})  plan {res['plan']:>6.1f}")  # fmt: skip
-        table.append(line)
-        print(line, flush=True)
-    print()
-    for line in table:
-        print(line)
+        log.row(rec, line)
+    log.close()
 
 
 if __name__ == "__main__":

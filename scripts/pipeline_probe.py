@@ -17,7 +17,6 @@ the float64 reference first. Writes $OUT/pipeline-<tag>.jsonl and prints a table
 """
 
 import itertools
-import json
 import os
 import sys
 
@@ -26,7 +25,7 @@ from triton.testing import do_bench_cudagraph
 
 import flashdecode
 from flashdecode import triton_common, triton_splitk
-from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, ProbeLog, Row, _l2_bytes, quantize_kv, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -171,11 +170,9 @@ def main():
               "addr": ADDR_ROWS, "fp8w": FP8W_ROWS, "fp8f": FP8F_ROWS,
               "fp8s": FP8S_ROWS, "fp8p": FP8P_ROWS}
     rows = probes.get(tag.split("-")[0], ROWS)
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, f"pipeline-{tag}.jsonl"), "w")
+    log = ProbeLog(f"pipeline-{tag}")
     print(f"flashdecode from {os.path.dirname(flashdecode.__file__)}", flush=True)
     l2 = _l2_bytes("cuda")
-    table = []
     for row, mode, tiles in rows:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda",
                               spare_pages=0)  # fmt: skip
@@ -224,15 +221,10 @@ def main():
             except Exception as e:  # noqa: BLE001 - a failing variant is reported, the probe goes on
                 print(f"{row.name()} {mode} {name} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
             triton_splitk.PLANNER_SATURATION.update(saturation)
-        log.write(json.dumps(dict(row=row.name(), mode=mode, tag=tag, **{k: round(v, 2) for k, v in res.items()},
-                                  max_err={k: float(v) for k, v in errs.items()})) + "\n")  # fmt: skip
-        log.flush()
-        line = f"{tag:<9} {mode:<6} {row.name():<16} " + "  ".join(f"{k} {v:6.1f}" for k, v in res.items())
-        table.append(line)
-        print(line, flush=True)
-    print()
-    for line in table:
-        print(line)
+        rec = dict(row=row.name(), mode=mode, tag=tag, **{k: round(v, 2) for k, v in res.items()},
+                   max_err={k: float(v) for k, v in errs.items()})  # fmt: skip
+        log.row(rec, f"{tag:<9} {mode:<6} {row.name():<16} " + "  ".join(f"{k} {v:6.1f}" for k, v in res.items()))
+    log.close()
 
 
 if __name__ == "__main__":

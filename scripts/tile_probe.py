@@ -5,14 +5,12 @@ against the float64 reference first).
 """
 
 import itertools
-import json
-import os
 
 import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import triton_splitk
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.bench import ProbeLog, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -33,10 +31,8 @@ SATURATIONS = [4, 8] if MHA else [4, 2]
 
 
 def main():
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "tile.jsonl"), "w")
+    log = ProbeLog("tile")
     l2 = _l2_bytes("cuda")
-    table = []
     default_sat = triton_splitk.SATURATION_PER_SM
     default_table = triton_splitk.PLANNER_SATURATION
     for row in ROWS:
@@ -71,16 +67,11 @@ def main():
                 res[f"single {bn}/{warps}/{stages}"] = do_bench_cudagraph(
                     lambda: decode_single(*next(it).args, 128**-0.5, out, None, config=cfg), rep=30,
                     return_mode="median") * 1e3  # fmt: skip
-        log.write(json.dumps(dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()})) + "\n")
-        log.flush()
         base = res.get("128/4/2/s4" if MHA else "64/4/3/s4", float("nan"))
         best = min(res.items(), key=lambda kv: kv[1])
-        line = f"{row.name():<16} base {base:>6.1f}  best {best[1]:>6.1f} ({best[0]})"
-        table.append(line)
-        print(line, flush=True)
-    print()
-    for line in table:
-        print(line)
+        log.row(dict(row=row.name(), **{k: round(v, 2) for k, v in res.items()}),
+                f"{row.name():<16} base {base:>6.1f}  best {best[1]:>6.1f} ({best[0]})")
+    log.close()
 
 
 if __name__ == "__main__":
