@@ -9,11 +9,13 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from feature_helpers import RUN_IDS, RUNS, check
 from helpers import case, max_err
 
 from flashdecode import decode_attention
-from flashdecode.triton_common import launch_config
+from flashdecode.triton_common import launch_config, softcap_logits
 
 # (head_dim, page_size, Hq, Hkv, lengths): every head dim, page sizes 1..528 incl. non-powers of two, groups 1..128
 GEOMETRIES = [
@@ -89,6 +91,32 @@ def _heads(hq, seed):
 def test_softcap(backend, num_splits, device):
     c = case([0, 1, 16, 70], 8, 2, 64, 16, torch.bfloat16, device, seed=21)
     check(c.args, backend, num_splits, softcap=5.0)
+
+
+@triton.jit
+def _softcap_kernel(S, OUT, softcap, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(OUT + offs, softcap_logits(tl.load(S + offs), softcap))
+
+
+def _softcap(s, softcap):
+    out = torch.empty_like(s)
+    _softcap_kernel[(1,)](s, out, softcap, N=s.numel())
+    return out
+
+
+@pytest.mark.parametrize("softcap", [1.0, 50.0])
+def test_softcap_logits_within_a_few_ulps(softcap, device):
+    """The kernels' softcap * tanh(s / softcap) on fp32 logits from 1e-30 to 1e4 times the cap, both signs, against
+    float64: within 6 fp32 ulps relative (tanh within 5 with the GPU's approximate exp2, the division and the
+    product half an ulp each), and 0 at 0. (1 - e) / (1 + e) alone cancelled for small |s / softcap|: 0 below
+    3e-8, ~1e6 ulps at 1e-6, an fp32 case over its tolerance in the fuzzer (test_fuzz.FOUND)."""
+    mag = torch.logspace(-30, 4, 2048, dtype=torch.float64) * softcap
+    s = torch.cat([mag, -mag]).float()
+    want = softcap * torch.tanh(s.double() / softcap)
+    rel = (_softcap(s.to(device), softcap).cpu().double() - want).abs() / want.abs()
+    assert float(rel.max()) <= 6 * torch.finfo(torch.float32).eps, f"worst at s = {float(s[rel.argmax()]):.3g}"
+    assert float(_softcap(torch.zeros(16, device=device), softcap).abs().max()) == 0.0
 
 
 @pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
