@@ -22,8 +22,6 @@ Per row:
 """
 
 import itertools
-import json
-import os
 import sys
 
 import torch
@@ -32,7 +30,7 @@ import triton.language as tl
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, plan_decode, triton_splitk
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.bench import ProbeLog, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.triton_common import launch_config
 from flashdecode.triton_single import decode_single
@@ -124,16 +122,14 @@ def main():
     if sys.argv[1:] not in ([], ["12/2"], ["dots"], ["mha"]):
         sys.exit(f"usage: python scripts/ceiling_probe.py [12/2 | dots | mha], got {' '.join(sys.argv[1:])!r}")
     dots = sys.argv[1:] == ["dots"]
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "ceiling.jsonl"), "w")
+    log = ProbeLog("ceiling")
     l2 = _l2_bytes("cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     dummy = torch.zeros(1, device="cuda")
     launch1 = graph_us(lambda: _empty_kernel[(1,)](dummy))
     launch3 = graph_us(lambda: [_empty_kernel[(1,)](dummy) for _ in range(3)])
-    print(f"launch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us", flush=True)
-    log.write(json.dumps(dict(what="launch", k1=round(launch1, 2), k3=round(launch3, 2))) + "\n")
-    table = []
+    log.row(dict(what="launch", k1=round(launch1, 2), k3=round(launch3, 2)),
+            f"launch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us")
     rows = ROWS
     if sys.argv[1:] in (["12/2"], ["dots"]):
         small = {Row([2048] * 8, 28, 4).name()}
@@ -188,8 +184,6 @@ def main():
         )
         rec = dict(row=row.name(), kv_mb=round(kv_bytes / 1e6, 1), chunk=chunk,
                    **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
-        log.write(json.dumps(rec) + "\n")
-        log.flush()
         best_read = min(v for k, v in res.items() if k.startswith(("read", "sum")))
         best_gather = min((v, k) for k, v in res.items() if k.startswith("gather"))
         if dots:
@@ -198,18 +192,14 @@ def main():
             line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  gather {best_gather[0]:>6.1f} ({best_gather[1]})  "
                     f"dots {best_dots[0]:>6.1f} ({best_dots[1]}), 128-token tile {one_wave[0]:>6.1f} ({one_wave[1]})  "
                     f"plan {res['plan']:>6.1f}")  # fmt: skip
-            table.append(line)
-            print(line, flush=True)
-            continue
-        line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  read {best_read:>6.1f} us "
-                f"({kv_bytes / best_read / 1e3:>5.0f} GB/s)  gather {best_gather[0]:>6.1f} "
-                f"({kv_bytes / best_gather[0] / 1e3:>5.0f} GB/s, {best_gather[1]})  auto {res['auto']:>6.1f}  "
-                f"plan {res['plan']:>6.1f} ({kv_bytes / res['plan'] / 1e3:>5.0f} GB/s)  single {res['single']:>6.1f}")  # fmt: skip
-        table.append(line)
-        print(line, flush=True)
-    print(f"\nlaunch floor: 1 kernel {launch1:.1f} us, 3 kernels {launch3:.1f} us")
-    for line in table:
-        print(line)
+        else:
+            line = (f"{row.name():<16} {kv_bytes / 1e6:>7.1f} MB  read {best_read:>6.1f} us "
+                    f"({kv_bytes / best_read / 1e3:>5.0f} GB/s)  gather {best_gather[0]:>6.1f} "
+                    f"({kv_bytes / best_gather[0] / 1e3:>5.0f} GB/s, {best_gather[1]})  auto {res['auto']:>6.1f}  "
+                    f"plan {res['plan']:>6.1f} ({kv_bytes / res['plan'] / 1e3:>5.0f} GB/s)  "
+                    f"single {res['single']:>6.1f}")  # fmt: skip
+        log.row(rec, line)
+    log.close()
 
 
 if __name__ == "__main__":

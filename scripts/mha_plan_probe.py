@@ -11,14 +11,12 @@ ahead], as triton_splitk.MHA_LONG_TILE takes it) from that chunk length, against
 
 import argparse
 import itertools
-import json
-import os
 
 import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, plan, plan_decode, triton_splitk
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.bench import ProbeLog, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -63,11 +61,9 @@ def main():
     else:
         a_name, b_name = "2-stage", "3-stage"
         variants = [(a_name, None, base_tile), (b_name, args.min_tokens, base_tile)] * 2
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "mha-plan.jsonl"), "w")
+    log = ProbeLog("mha-plan")
     l2 = _l2_bytes("cuda")
     threshold = plan.MHA_LONG_MIN_TOKENS
-    table = []
     for row in ROWS:
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, _dtype(row.dtype),
                               "cuda", spare_pages=0)  # fmt: skip
@@ -92,16 +88,11 @@ def main():
         plan.MHA_LONG_MIN_TOKENS = threshold
         triton_splitk.MHA_LONG_TILE = base_tile
         label = row.name()
-        log.write(json.dumps(dict(row=label, **{k: [round(t, 2) for t in v] for k, v in times.items()},
-                                  plans=notes)) + "\n")  # fmt: skip
-        log.flush()
         a, b = times[a_name], times[b_name]
         line = (f"{label:<32} {a_name} {' '.join(f'{t:6.1f}' for t in a)} ({notes[a_name]:>4})  {b_name} "
                 f"{' '.join(f'{t:6.1f}' for t in b)} ({notes[b_name]:>4})  {min(b) / min(a) - 1:+6.1%}")
-        table.append(line)
-        print(line, flush=True)
-    print()
-    print("\n".join(table))
+        log.row(dict(row=label, **{k: [round(t, 2) for t in v] for k, v in times.items()}, plans=notes), line)
+    log.close()
     print()
     # what decides the programs per SM: registers per thread and shared memory of each compiled partial kernel
     for (block_n, stages, warps, pf), (regs, shared) in sorted(KERNELS.items()):

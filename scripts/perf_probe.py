@@ -41,7 +41,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import api, decode_attention, launcher, triton_common, triton_splitk
-from flashdecode.bench import Row, _l2_bytes, rotation_copies
+from flashdecode.bench import ProbeLog, Row, _l2_bytes, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.check import max_err
 from flashdecode.reference import reference_dense
@@ -382,10 +382,9 @@ def main():
         sys.exit(f"perf_probe.py: unknown mode {mode_name!r}; modes: {', '.join(repr(m) for m in MODES)}")
     rows, variants = MODES[mode_name]
     out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "probe.jsonl"), "w")
+    log = ProbeLog("probe")
     prof_log = open(os.path.join(out_dir, "profile.txt"), "w")
     l2 = _l2_bytes("cuda")
-    table = []
     for row in rows:
         c = random_paged_case(
             row.seqlens, row.num_q_heads, row.num_kv_heads, row.head_dim, 16, torch.bfloat16, "cuda", spare_pages=0
@@ -443,17 +442,14 @@ def main():
                 continue
             rec = dict(row=row.name(), variant=name, us=round(us, 2),
                        gbps=round(row.io_bytes() / us / 1e3))  # fmt: skip
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
+            log.record(rec)
             results.append(rec)
             if name in PROFILED:
                 profile_row(row, fn, prof_log)
-        table.append(f"{row.name():<22}" + "  ".join(f"{r['variant']} {r['us']:.1f}" for r in results))
-        print(table[-1], flush=True)
+        log.line(f"{row.name():<22}" + "  ".join(f"{r['variant']} {r['us']:.1f}" for r in results))
     set_variant({})
-    print()
-    for line in table:
-        print(line)
+    prof_log.close()
+    log.close()
 
 
 def plot_scan(jsonl, png):

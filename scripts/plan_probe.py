@@ -7,8 +7,6 @@ slots per program and warps (``triton_splitk.planner_shape``). Writes $OUT/plan.
 """
 
 import itertools
-import json
-import os
 import random
 import sys
 
@@ -16,6 +14,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import triton_splitk as sk
+from flashdecode.bench import ProbeLog
 from flashdecode.triton_common import Features
 
 BATCHES = [([65536], 2), ([4096] * 16, 2), ([1024] * 64, 2), ([256] * 256, 2), ([2048] * 8, 4),
@@ -24,9 +23,8 @@ VARIANTS = list(itertools.product((64, 32, 16, 8, 4), (4, 2, 1)))
 
 
 def main():
-    log = open(os.path.join(os.environ.get("OUT", "."), "plan.jsonl"), "w")
+    log = ProbeLog("plan")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    lines = []
     rule = sk.planner_shape
     for lens, hkv in BATCHES:
         seqlens = torch.tensor(lens, dtype=torch.int32, device="cuda")
@@ -46,14 +44,12 @@ def main():
             assert torch.equal(plan[:3, :slots], ref[:3, :slots]) and torch.equal(plan[:2, slots:], ref[:2, slots:])
             res[f"{block_i}/{warps}"] = do_bench_cudagraph(fn, rep=20, return_mode="median") * 1e3
         name = f"{len(lens)}x{lens[-1]} Hkv{hkv}"
-        log.write(json.dumps(dict(batch=name, slots=slots, **{k: round(v, 2) for k, v in res.items()})) + "\n")
         best = min(res.items(), key=lambda kv: kv[1])
-        lines.append(f"{name:<20} slots {slots:>5}  64/4 {res['64/4']:>5.1f} us  best {best[1]:>5.1f} ({best[0]})  "
-                     + " ".join(f"{k}:{v:.1f}" for k, v in res.items()))  # fmt: skip
-        print(lines[-1], flush=True)
+        log.row(dict(batch=name, slots=slots, **{k: round(v, 2) for k, v in res.items()}),
+                f"{name:<20} slots {slots:>5}  64/4 {res['64/4']:>5.1f} us  best {best[1]:>5.1f} ({best[0]})  "
+                + " ".join(f"{k}:{v:.1f}" for k, v in res.items()))  # fmt: skip
     sk.planner_shape = rule
-    print()
-    print("\n".join(lines))
+    log.close()
 
 
 def order():

@@ -10,13 +10,11 @@ rotated out of L2). Writes $OUT/single_tile.jsonl, prints a table last.
 
 import argparse
 import itertools
-import json
-import os
 
 import torch
 from triton.testing import do_bench_cudagraph
 
-from flashdecode.bench import Row, probe_case
+from flashdecode.bench import ProbeLog, Row, probe_case
 from flashdecode.check import max_err
 from flashdecode.triton_single import decode_single
 
@@ -37,9 +35,9 @@ def main():
         TILES = [tuple(map(int, t.split(","))) for t in args.tiles.split(";")]
     if args.rows:
         ROWS = [Row([ln] * b, hq, hkv) for b, ln, hq, hkv in (map(int, r.split(",")) for r in args.rows.split(";"))]
-    out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "single_tile.jsonl"), "w")
-    table = []
+    log = ProbeLog("single_tile")
+    names = [f"{bn}/{w}/{s}" for bn, w, s in TILES]
+    log.line(f"{'row (best of 2, graph µs)':<26}" + "".join(f"{n:>10}" for n in names))
     for row in ROWS:
         c, ref, copies = probe_case(row.seqlens, row.num_q_heads, row.num_kv_heads)
         out = torch.empty_like(c.q)
@@ -60,13 +58,9 @@ def main():
                 us = None
                 print(name, row.name(), type(e).__name__, str(e)[:120], flush=True)
             res[name] = min(us, res.get(name) or us) if us else res.get(name)
-            log.write(json.dumps(dict(row=row.name(), tile=name, run=again, us=us)) + "\n")
-        table.append((row.name(), res))
-        print(row.name(), {k: round(v, 2) if v else None for k, v in res.items()}, flush=True)
-    names = [f"{bn}/{w}/{s}" for bn, w, s in TILES]
-    print(f"{'row (best of 2, graph µs)':<26}" + "".join(f"{n:>10}" for n in names))
-    for name, res in table:
-        print(f"{name:<26}" + "".join(f"{res[n]:10.1f}" if res.get(n) else f"{'-':>10}" for n in names))
+            log.record(dict(row=row.name(), tile=name, run=again, us=us))
+        log.line(f"{row.name():<26}" + "".join(f"{res[n]:10.1f}" if res.get(n) else f"{'-':>10}" for n in names))
+    log.close()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ first start, and graph times: the plan's own call, the timed kernel alone, the t
 """
 
 import itertools
-import json
 import os
 import sys
 
@@ -33,7 +32,7 @@ from triton.testing import do_bench_cudagraph
 
 sys.path.insert(0, "src")
 from flashdecode import decode_attention, plan_decode, triton_splitk  # noqa: E402
-from flashdecode.bench import Row, _l2_bytes, rotation_copies  # noqa: E402
+from flashdecode.bench import ProbeLog, Row, _l2_bytes, rotation_copies  # noqa: E402
 from flashdecode.cases import random_paged_case  # noqa: E402
 from flashdecode.reference import reference_dense  # noqa: E402
 from flashdecode.triton_common import LOG2E, attend_group, cdiv, dot_in_fp32, store_group  # noqa: E402
@@ -268,10 +267,9 @@ def tile_override(cfg):
 def main():
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else list(ROWS)
     out_dir = os.environ.get("OUT", ".")
-    log = open(os.path.join(out_dir, "timeline.jsonl"), "w")
+    log = ProbeLog("timeline")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     l2 = _l2_bytes("cuda")
-    lines = []
     for name in names:
         row = ROWS[name]
         c = random_paged_case(row.seqlens, row.num_q_heads, row.num_kv_heads, 128, 16, torch.bfloat16, "cuda",
@@ -346,21 +344,16 @@ def main():
             rec = dict(kind=kind, row=name, kv_mb=round(row.kv_bytes() / 1e6, 1), splits=splits, layout=layout,
                        programs=programs, regs=regs, BLOCK_N=cfg["BLOCK_N"], plan_us=round(plan_us, 1),
                        timed_us=round(timed_us, 1), merged_us=round(merged_us, 1), runs=stats)  # fmt: skip
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
             med = sorted(stats, key=lambda s: s["span"])[len(stats) // 2]
             line = (f"{name:<15} {kind:<6} big {layout[0]:<3} x {frac:<4} small {layout[1]:<4} ({small:>3} tok) "
                     f"{programs:>6} progs {regs} regs  plan {plan_us:6.1f}  timed {timed_us:6.1f}  "
                     f"+combine {merged_us:6.1f}  span {med['span']:6.1f}  last start {med['last_start']:5.1f}  "
                     f"ends {med['end_q']}  by load {med['end_by_load']}")  # fmt: skip
-            lines.append(line)
-            print(line, flush=True)
+            log.row(rec, line)
         torch.save(saved, os.path.join(out_dir, f"timeline-{name.replace('/', '-')}.pt"))
         c = copies = it = ref = None  # free this row's caches
         torch.cuda.empty_cache()
-    print()
-    for line in lines:
-        print(line)
+    log.close()
 
 
 if __name__ == "__main__":

@@ -15,15 +15,13 @@ device. Writes $OUT/vt.jsonl, prints a table.
 
 import dataclasses
 import itertools
-import json
-import os
 import sys
 
 import torch
 from triton.testing import do_bench_cudagraph
 
 from flashdecode import decode_attention, launcher, plan_decode, triton_common, triton_splitk
-from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, Row, _l2_bytes, quantize_kv, rotation_copies
+from flashdecode.bench import FP8_K_SCALE, FP8_V_SCALE, ProbeLog, Row, _l2_bytes, quantize_kv, rotation_copies
 from flashdecode.cases import random_paged_case
 from flashdecode.cases import token_major_v as token_major
 from flashdecode.check import max_err
@@ -114,14 +112,6 @@ def timed(copies, ref, label, **kwargs):
     return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
 
 
-def emit(log, table, record, line):
-    """One row: a JSON line in `log`, a line of the table printed now and again at the end."""
-    log.write(json.dumps(record) + "\n")
-    log.flush()
-    table.append(line)
-    print(line, flush=True)
-
-
 def plan_note(p):
     return f"S{p.num_splits}{'L' if p.long_tile else ''}"
 
@@ -131,9 +121,8 @@ def wave():
     a grid of more than 2 and at most 3 programs per SM run faster as one wave of 3 where the registers allow it
     (token-major V: 164)? Then token-major V through the library's rule (FP8_LONG_ONE_WAVE): the single pass,
     `auto` and the plan."""
-    log = open(os.path.join(os.environ.get("OUT", "."), "vt-wave.jsonl"), "w")
+    log = ProbeLog("vt-wave")
     l2 = _l2_bytes("cuda")
-    table = []
     for batch, page in itertools.product((33, 40, 48, 64), (16, 64)):
         ref, kw, nhd, vt, p = prepared([4096] * batch, 32, 8, page, "e4m3", l2)
         res = {}
@@ -151,9 +140,8 @@ def wave():
         record = dict(batch=batch, page=page, programs=batch * 8, plan=plan_note(p),
                       **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
         line = f"{batch}x4096 32/8 e4m3 P{page:<3d} {batch * 8:4d} programs {plan_note(p):6s} "
-        emit(log, table, record, line + "  ".join(f"{k} {v:6.1f}" for k, v in res.items()))
-    print()
-    print("\n".join(table))
+        log.row(record, line + "  ".join(f"{k} {v:6.1f}" for k, v in res.items()))
+    log.close()
 
 
 def uneven(batch, seed):
@@ -183,9 +171,8 @@ def saturation():
     the plan's split-K grids (fixed splits of uniform rows, the device's planner for uneven ones) planned and capped
     at 2 programs per SM (the library) or 3, pages 16 and 64. The lead of sweeps/token-major-v-cap section 4: uneven
     batches of 2-3 programs per SM keep the planned path's 2-a-SM model."""
-    log = open(os.path.join(os.environ.get("OUT", "."), "vt-sat.jsonl"), "w")
+    log = ProbeLog("vt-sat")
     l2 = _l2_bytes("cuda")
-    table = []
     for row, page in itertools.product(SAT_ROWS, (16, 64)):
         ref, kw, nhd, vt, _ = prepared(row.seqlens, row.num_q_heads, row.num_kv_heads, page, "e4m3", l2)
         res, notes = {}, []
@@ -201,9 +188,8 @@ def saturation():
                       **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
         line = f"{row.name()[:30]:<30} P{page:<3d} {'/'.join(notes):12s} "
         line += "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
-        emit(log, table, record, line + f"   sat2 / sat3 {res['sat2'] / res['sat3']:.3f}x")
-    print()
-    print("\n".join(table))
+        log.row(record, line + f"   sat2 / sat3 {res['sat2'] / res['sat3']:.3f}x")
+    log.close()
 
 
 UNEVEN_ROWS = [
@@ -217,9 +203,8 @@ def uneven_batches():
     """e4m3 batches of lengths 1024..8192 (plan_decode leaves most to the device's planner), head-dim-major and
     token-major V at page 16: the plan (the 128-token fp8 tile) planned and capped at 2 programs per SM (the library)
     or 3, against `auto` (its planned calls take the 64-token FP8_SPLIT_TILE)."""
-    log = open(os.path.join(os.environ.get("OUT", "."), "vt-uneven.jsonl"), "w")
+    log = ProbeLog("vt-uneven")
     l2 = _l2_bytes("cuda")
-    table = []
     for row in UNEVEN_ROWS:
         ref, kw, nhd, vt, _ = prepared(row.seqlens, row.num_q_heads, row.num_kv_heads, 16, "e4m3", l2)
         res, notes = {}, []
@@ -235,9 +220,8 @@ def uneven_batches():
         record = dict(row=row.name(), seqlens=row.seqlens, plans=notes[:2],
                       **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
         line = f"{row.name()[:26]:<26} {'/'.join(notes[:2]):12s} " + "  ".join(f"{k} {v:6.1f}" for k, v in res.items())
-        emit(log, table, record, line)
-    print()
-    print("\n".join(table))
+        log.row(record, line)
+    log.close()
 
 
 def main():
@@ -252,9 +236,8 @@ def main():
     variants, kvs = dict(stages=(STAGE_VARIANTS, ("e4m3",)), cap=(CAP_VARIANTS, ("e4m3",)),
                          pair=(PAIR_VARIANTS, ("e4m3", "bf16"))).get(mode, (VARIANTS, ("e4m3", "bf16")))
     odd_lengths_check()
-    log = open(os.path.join(os.environ.get("OUT", "."), f"vt{'-' + mode if mode else ''}.jsonl"), "w")
+    log = ProbeLog(f"vt{'-' + mode if mode else ''}")
     l2 = _l2_bytes("cuda")
-    table = []
     rows = [(row, 16) for row in ROWS]
     if mode == "pages":
         variants, kvs = PAIR_VARIANTS, ("e4m3", "bf16")
@@ -276,9 +259,8 @@ def main():
                           **{k: round(v, 2) for k, v in res.items()})  # fmt: skip
             line = f"{row.name():<24} P{page:<3d} {kv:5s} {plan_note(p):6s} "
             line += "  ".join(f"{k} {v:7.1f}" for k, v in res.items())
-            emit(log, table, record, line + f"   plan / plan_vt {res['plan'] / res['plan_vt']:.3f}x")
-    print()
-    print("\n".join(table))
+            log.row(record, line + f"   plan / plan_vt {res['plan'] / res['plan_vt']:.3f}x")
+    log.close()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from flashdecode.bench import PRESETS, Row, compare, parse_ints, row_case, run_rows
+from flashdecode.bench import PRESETS, ProbeLog, Row, compare, parse_ints, row_case, run_rows
 from flashdecode.cli import main
 
 
@@ -81,6 +81,20 @@ def test_parse_ints_and_compare(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert compare([{"row": "r", "backend": "b", "graph_us": 10.4}], tmp_path / "old.json") == []
     assert len(compare([{"row": "r", "backend": "b", "graph_us": 11.0}], tmp_path / "old.json")) == 1
+
+
+def test_probe_log_writes_json_lines_as_it_goes_and_the_table_again_last(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    log = ProbeLog("demo")
+    log.line("row      us")
+    log.record(dict(row="a", variant="x", us=1.5))
+    log.row(dict(row="a", variant="y", us=2.0), "a       2.0")
+    # each record is on disk before the probe goes on (a probe killed at its time limit keeps its rows)
+    assert [json.loads(x) for x in (tmp_path / "demo.jsonl").read_text().splitlines()] == [
+        dict(row="a", variant="x", us=1.5), dict(row="a", variant="y", us=2.0)]
+    log.close()
+    assert log.file.closed
+    assert capsys.readouterr().out == "row      us\na       2.0\n\nrow      us\na       2.0\n"
 
 
 def test_anchor_preset_is_perf_md_grid():

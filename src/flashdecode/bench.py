@@ -350,8 +350,16 @@ class ProbeLog:
         self.lines = []
 
     def row(self, record: dict, line: str) -> None:
+        self.record(record)
+        self.line(line)
+
+    def record(self, record: dict) -> None:
+        """A JSON line alone: for probes that log several records (variants, runs) per table line."""
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
+
+    def line(self, line: str) -> None:
+        """A table line alone: a header, or a row summing up the records logged before it."""
         self.lines.append(line)
         print(line, flush=True)
 
