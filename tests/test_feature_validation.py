@@ -44,6 +44,8 @@ CASES = [
     ("sdpa softcap", lambda c: dict(softcap=1.0, backend="torch_sdpa"), ValueError, "backend 'torch_sdpa' does not support softcap; use one of"),
     ("sdpa q_len", lambda c: dict(q=c.q[:, None].expand(2, 3, 8, 64), backend="torch_sdpa"), ValueError, "backend 'torch_sdpa' does not support q_len > 1"),
     ("sdpa fp8", lambda c: dict(**_fp8(c), backend="torch_sdpa"), ValueError, "backend 'torch_sdpa' does not support an fp8 cache"),
+    ("tma softcap", lambda c: dict(softcap=1.0, backend="triton_tma"), ValueError, "backend 'triton_tma' does not support softcap"),
+    ("tma fp8", lambda c: dict(**_fp8(c), backend="triton_tma"), ValueError, "backend 'triton_tma' does not support an fp8 cache"),
 ]
 
 

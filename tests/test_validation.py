@@ -29,7 +29,7 @@ def _call(c, **over):
 
 
 CASES = [
-    ("q rank", lambda c: dict(q=c.q[0]), ValueError, r"q must be \[B, Hq, D\] or \[B, 1, Hq, D\], got 2 dims"),
+    ("q rank", lambda c: dict(q=c.q[0]), ValueError, r"q must be \[B, Hq, D\] or \[B, q_len, Hq, D\], got 2 dims"),
     ("q_len", lambda c: dict(q=c.q[:, None].expand(2, 9, 8, 64)), ValueError, "must have q_len 1..8, got q_len 9"),
     ("k rank", lambda c: dict(k_cache=c.k_cache[0]), ValueError, r"k_cache must be \[num_pages, page_size, Hkv, D\] \(kv_layout 'NHD'\), got 3 dims"),
     ("seqlens rank", lambda c: dict(cache_seqlens=c.cache_seqlens[:, None]), ValueError, r"cache_seqlens must be \[B\], got 2 dims"),
@@ -52,7 +52,7 @@ CASES = [
     ("backend", lambda c: dict(backend="cuda"), ValueError, r"backend must be one of .*got 'cuda'"),
     ("splits zero", lambda c: dict(num_splits=0), ValueError, "num_splits must be >= 1, got 0"),
     ("splits float", lambda c: dict(num_splits=2.0), TypeError, "num_splits must be None or an int, got float"),
-    ("splits single", lambda c: dict(num_splits=4, backend="triton"), ValueError, "num_splits=4 needs backend 'triton_splitk' or 'auto'"),
+    ("splits single", lambda c: dict(num_splits=4, backend="triton"), ValueError, "num_splits=4 needs backend 'triton_splitk', 'triton_tma' or 'auto'"),
     ("scale", lambda c: dict(softmax_scale="0.1"), TypeError, "softmax_scale must be None or a float, got str"),
     ("not a tensor", lambda c: dict(block_table=[[0]]), TypeError, "block_table must be a torch.Tensor, got list"),
     ("layout", lambda c: dict(kv_layout="NDH"), ValueError, r"kv_layout must be one of \('NHD', 'HND'\), got 'NDH'"),
@@ -62,6 +62,7 @@ CASES = [
     ("deterministic type", lambda c: dict(deterministic=1), TypeError, "deterministic must be a bool, got int"),
     ("deterministic splits", lambda c: dict(deterministic=True, num_splits=2), ValueError, "num_splits must be None, got 2"),
     ("deterministic sdpa", lambda c: dict(deterministic=True, backend="torch_sdpa"), ValueError, "deterministic=True is not offered by backend 'torch_sdpa'"),
+    ("deterministic tma", lambda c: dict(deterministic=True, backend="triton_tma"), ValueError, "deterministic=True is not offered by backend 'triton_tma' .its splits are cut on the device"),
     ("device", lambda c: dict(cache_seqlens=c.cache_seqlens.to("meta")), ValueError, "cache_seqlens must be on q's device"),
 ]
 

@@ -125,7 +125,8 @@ def decode_attention(
         kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
         deterministic: each sequence's output is bit-identical whatever else is in the batch: split boundaries
             fall every ``triton_splitk.DETERMINISTIC_SPLIT_TOKENS`` tokens of the sequence's own length and the
-            combine sums in a fixed order (docs/design.md). Not with ``num_splits`` or backend "torch_sdpa".
+            combine sums in a fixed order (docs/design.md). Not with ``num_splits`` or backend "torch_sdpa" or
+            "triton_tma" (ValueError: their splits or fused kernels depend on the batch).
         softcap: float > 0, or None / 0 for off: logits (q · k · scale) become softcap · tanh(logits / softcap).
         alibi_slopes: [Hq] float32: logit += slope_h · (key position - query position), after the softcap.
         sinks: [Hq] float32 sink logits (natural scale) that join each softmax denominator once (not the
@@ -401,7 +402,9 @@ def _validate_options(backend, num_splits, softmax_scale, kv_layout, determinist
         if num_splits < 1:
             raise ValueError(f"num_splits must be >= 1, got {num_splits}")
         if num_splits > 1 and backend == "triton":
-            raise ValueError(f"num_splits={num_splits} needs backend 'triton_splitk' or 'auto', got 'triton'")
+            raise ValueError(
+                f"num_splits={num_splits} needs backend 'triton_splitk', 'triton_tma' or 'auto', got 'triton'"
+            )
     if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float))):
         raise TypeError(f"softmax_scale must be None or a float, got {type(softmax_scale).__name__}")
     if kv_layout not in _LAYOUTS:
@@ -410,9 +413,10 @@ def _validate_options(backend, num_splits, softmax_scale, kv_layout, determinist
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if deterministic and num_splits is not None:
         raise ValueError(f"deterministic=True picks its own splits; num_splits must be None, got {num_splits}")
-    if deterministic and backend == "torch_sdpa":
-        raise ValueError("deterministic=True is not offered by backend 'torch_sdpa' (its fused kernels may change "
-                         "with the batch); use 'auto', 'triton', 'triton_splitk', 'torch_naive' or 'reference'")
+    if deterministic and backend in ("torch_sdpa", "triton_tma"):
+        why = "its fused kernels may change" if backend == "torch_sdpa" else "its splits are cut on the device for"
+        raise ValueError(f"deterministic=True is not offered by backend {backend!r} ({why} the whole batch); use "
+                         "'auto', 'triton', 'triton_splitk', 'torch_naive' or 'reference'")
 
 
 def _validate_plan(plan, backend, num_splits, deterministic):
@@ -548,7 +552,7 @@ def _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout,
 
     # ranks
     if q.dim() not in (3, 4):
-        raise ValueError(f"q must be [B, Hq, D] or [B, 1, Hq, D], got {q.dim()} dims {tuple(q.shape)}")
+        raise ValueError(f"q must be [B, Hq, D] or [B, q_len, Hq, D], got {q.dim()} dims {tuple(q.shape)}")
     if q.dim() == 4 and not 1 <= q.shape[1] <= MAX_Q_LEN:
         raise ValueError(
             f"q as [B, q_len, Hq, D] must have q_len 1..{MAX_Q_LEN}, got q_len {q.shape[1]} (shape {tuple(q.shape)})"

@@ -41,6 +41,7 @@ class PagedKVCache:
         page_size: tokens per page.
         max_batch: batch rows (sequences that can be resident at once).
         max_seq_len: longest sequence a row can hold; sets the block table's width ceil(max_seq_len / page_size).
+            Rounded up to whole pages: the ``max_seq_len`` attribute is that width times ``page_size``.
         dtype: the pools' dtype (float16, bfloat16 or float32).
         device: where the pools and tables live.
 
@@ -110,10 +111,12 @@ class PagedKVCache:
 
     @property
     def num_free_pages(self) -> int:
+        """Pages of the pool no row holds (host state)."""
         return len(self._free_pages)
 
     @property
     def num_free_rows(self) -> int:
+        """Batch rows free for a new sequence (host state)."""
         return len(self._free_rows)
 
     @property
@@ -126,6 +129,7 @@ class PagedKVCache:
         return list(self._pages[row])
 
     def pages_needed(self, num_tokens: int) -> int:
+        """Pages that ``num_tokens`` tokens fill: ceil(num_tokens / page_size)."""
         return -(-num_tokens // self.page_size)
 
     def add_sequence(self, num_tokens: int) -> int:

@@ -67,8 +67,8 @@ def decode_attention_cp(
         return_lse: also return the LSE over the whole sequence.
 
     Returns:
-        out with q's shape and dtype (and lse [B, Hq] float32, natural log, when return_lse), equal on every
-        rank. A sequence with no token on any rank gives out = 0, lse = -inf.
+        out with q's shape and dtype (and lse, float32 with q's shape without D, natural log, when return_lse),
+        equal on every rank. A sequence with no token on any rank gives out = 0, lse = -inf.
 
     Raises:
         TypeError / ValueError naming the argument before any launch or collective (checks are local: a rank
