@@ -673,7 +673,8 @@ def markdown_table(results, meta) -> str:
     return head + "\n\n" + "\n".join(lines) + "\n\n" + "\n".join(detail) + "\n"
 
 
-def terminal_table(results, meta) -> str:
+def terminal_table(results) -> str:
+    """The bench's console table: one line per row x backend."""
     lines = [
         f"{'row':<34} {'backend':<14} {'graph us':>9} {'eager us':>9} {'GB/s':>6} {'%peak':>6} {'vs best':>8}  status"
     ]
@@ -798,7 +799,7 @@ def cmd_bench(args) -> int:
         rows, backends, device, progress=not args.no_progress, on_row=save_partial, warm_l2=args.warm_l2
     )
     add_metrics(results, read_bw)
-    print(terminal_table(results, meta))
+    print(terminal_table(results))
     if args.out:
         write_outputs(results, meta, args.out)
         print(f"wrote {args.out}/results.json, results.md and plots")
