@@ -414,8 +414,9 @@ def _validate_options(backend, num_splits, softmax_scale, kv_layout, determinist
     if deterministic and num_splits is not None:
         raise ValueError(f"deterministic=True picks its own splits; num_splits must be None, got {num_splits}")
     if deterministic and backend in ("torch_sdpa", "triton_tma"):
-        why = "its fused kernels may change" if backend == "torch_sdpa" else "its splits are cut on the device for"
-        raise ValueError(f"deterministic=True is not offered by backend {backend!r} ({why} the whole batch); use "
+        why = ("its fused kernels may change with the batch" if backend == "torch_sdpa"
+               else "its splits are cut on the device for the whole batch")
+        raise ValueError(f"deterministic=True is not offered by backend {backend!r} ({why}); use "
                          "'auto', 'triton', 'triton_splitk', 'torch_naive' or 'reference'")
 
 
