@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 ROWS = "4x16384-12/2,8x2048-28/4,1x8192-32/32"
-BACKENDS = ("auto_plan", "auto")
+BACKENDS = "auto_plan,auto"
 
 
 def node_cpus() -> dict[int, str]:
@@ -43,7 +43,7 @@ def current_cpu() -> int:
     return int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[36])
 
 
-def child(pin: str) -> None:
+def child(pin: str, backends: list[str]) -> None:
     import torch
 
     from flashdecode import bench, decode_attention
@@ -57,7 +57,7 @@ def child(pin: str) -> None:
         hq, hkv = (int(x) for x in heads.split("/"))
         rows.append(bench.Row([s] * b, hq, hkv))
     for row in rows:
-        for rec in bench.run_rows([row], list(BACKENDS), "cuda", progress=False):
+        for rec in bench.run_rows([row], backends, "cuda", progress=False):
             seen.add(current_cpu())
             print("REC " + json.dumps({"pin": pin, "row": rec["row"], "backend": rec["backend"],
                                        "status": rec["status"], "graph_us": rec.get("graph_us"),
@@ -77,10 +77,12 @@ def main():
     parser.add_argument("--unpinned", type=int, default=4)
     parser.add_argument("--cores", default="", help="single cores to pin to (default: the first and middle CPU "
                         "of each NUMA node)")
+    parser.add_argument("--backends", default=BACKENDS, help="timed in this order in each child; a peer "
+                        "(flashinfer_tc, ...) is loaded into the process with it (scripts/gpu_env.sh)")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        child(opts.child)
+        child(opts.child, opts.backends.split(","))
         return
 
     from flashdecode.bench import ProbeLog
@@ -100,13 +102,13 @@ def main():
     settings += [(f"cpu{c}", [c]) for c in singles]
 
     log = ProbeLog("affinity")
-    log.line(f"{'setting':<10} {'cpus seen':<12} " + " ".join(f"{b[:9]:>9} {r.split('-')[0][:8]:>8}"
-                                                             for r in ROWS.split(",") for b in BACKENDS)
-             + "  host/call")
+    columns = [f"{b[:9]:>9} {r.split('-')[0][:8]:>8}" for r in ROWS.split(",") for b in opts.backends.split(",")]
+    log.line(f"{'setting':<10} {'cpus seen':<12} " + " ".join(columns) + "  host/call")
     log.line("(eager µs per row and backend; graph µs in the JSON)")
     for i, (name, cpus) in enumerate(settings):
         pin = name if name != "unpinned" else f"unpinned{i}"
-        proc = subprocess.run([sys.executable, __file__, "--child", pin], capture_output=True, text=True,
+        command = [sys.executable, __file__, "--child", pin, "--backends", opts.backends]
+        proc = subprocess.run(command, capture_output=True, text=True,
                               preexec_fn=(lambda c=cpus: os.sched_setaffinity(0, c)) if cpus else None)
         recs = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("REC ")]
         for rec in recs:
@@ -114,7 +116,7 @@ def main():
         if proc.returncode or not recs:
             log.line(f"{pin:<10} failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
             continue
-        eager = " ".join(f"{r['eager_us'] or 0:18.1f}" for r in recs if "eager_us" in r)
+        eager = " ".join(f"{r.get('eager_us') or 0:18.1f}" for r in recs if "eager_us" in r)
         last = recs[-1]
         log.line(f"{pin:<10} {','.join(map(str, last['cpus_seen'])):<12} {eager}  {last['host_us_queued']:6.1f}")
     log.close()
