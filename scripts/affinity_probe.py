@@ -8,7 +8,7 @@ the CPUs its main thread was seen on. One JSON line per child and row in $OUT/af
 
 Run on the GPU machine:
 
-    python scripts/affinity_probe.py [--unpinned 4] [--cores 0,4,8,12]
+    python scripts/affinity_probe.py [--unpinned 4] [--cores 0,4,8,12] [--backends auto_plan,auto] [--imports flashinfer]
 """
 
 import argparse
@@ -43,8 +43,13 @@ def current_cpu() -> int:
     return int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[36])
 
 
-def child(pin: str, backends: list[str]) -> None:
+def child(pin: str, backends: list[str], imports: list[str]) -> None:
+    import importlib
+
     import torch
+
+    for name in imports:
+        importlib.import_module(name)
 
     from flashdecode import bench, decode_attention
     from flashdecode.cases import random_paged_case
@@ -79,10 +84,12 @@ def main():
                         "of each NUMA node)")
     parser.add_argument("--backends", default=BACKENDS, help="timed in this order in each child; a peer "
                         "(flashinfer_tc, ...) is loaded into the process with it (scripts/gpu_env.sh)")
+    parser.add_argument("--imports", default="", help="modules each child imports first without running them "
+                        "(e.g. flashinfer), comma-separated")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        child(opts.child, opts.backends.split(","))
+        child(opts.child, opts.backends.split(","), [m for m in opts.imports.split(",") if m])
         return
 
     from flashdecode.bench import ProbeLog
@@ -107,7 +114,7 @@ def main():
     log.line("(eager µs per row and backend; graph µs in the JSON)")
     for i, (name, cpus) in enumerate(settings):
         pin = name if name != "unpinned" else f"unpinned{i}"
-        command = [sys.executable, __file__, "--child", pin, "--backends", opts.backends]
+        command = [sys.executable, __file__, "--child", pin, "--backends", opts.backends, "--imports", opts.imports]
         proc = subprocess.run(command, capture_output=True, text=True,
                               preexec_fn=(lambda c=cpus: os.sched_setaffinity(0, c)) if cpus else None)
         recs = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("REC ")]
