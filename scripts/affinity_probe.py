@@ -4,7 +4,9 @@
 The parent prints the host's topology (NUMA nodes, the GPU's node), then starts one child process per setting:
 unpinned, pinned to one NUMA node's cores, and pinned to single cores. Each child times a few rows with the bench's
 own loop (bench.run_rows: graph and eager medians, rotated caches), then the host time of a queued call, and reports
-the CPUs its main thread was seen on. One JSON line per child and row in $OUT/affinity.jsonl.
+the CPUs its main thread was seen on, beside two yardsticks of the process's pace that run none of our code (a torch
+launch and a piece of plain Python). One JSON line per child and row in $OUT/affinity.jsonl. Under
+`setarch $(uname -m) -R` every child gets the same address layout (no ASLR).
 
 Run on the GPU machine:
 
@@ -43,7 +45,7 @@ def current_cpu() -> int:
     return int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[36])
 
 
-def child(pin: str, backends: list[str], imports: list[str]) -> None:
+def child(pin: str, rows_text: str, backends: list[str], imports: list[str]) -> None:
     import importlib
 
     import torch
@@ -56,7 +58,7 @@ def child(pin: str, backends: list[str], imports: list[str]) -> None:
 
     seen = {current_cpu()}
     rows = []
-    for text in ROWS.split(","):
+    for text in filter(None, rows_text.split(",")):
         shape, heads = text.split("-")
         b, s = (int(x) for x in shape.split("x"))
         hq, hkv = (int(x) for x in heads.split("/"))
@@ -71,10 +73,26 @@ def child(pin: str, backends: list[str], imports: list[str]) -> None:
     out = torch.empty_like(c.q)
     for _ in range(20):
         decode_attention(*c.args, out=out)
-    host = min(bench.host_us_per_call(lambda: decode_attention(*c.args, out=out), 500) for _ in range(5))
+    rounds = [bench.host_us_per_call(lambda: decode_attention(*c.args, out=out), 500) for _ in range(5)]
+    # the same process's pace on work without our code: a torch launch (C++ path) and plain Python
+    x = torch.zeros(1, device="cuda")
+    torch_op = min(bench.host_us_per_call(lambda: x.add_(1), 2000) for _ in range(5))
+    python = min(timed_python() for _ in range(5))
     seen.add(current_cpu())
-    print("REC " + json.dumps({"pin": pin, "row": "8x2048 28/4", "backend": "auto", "host_us_queued": host,
+    print("REC " + json.dumps({"pin": pin, "row": "8x2048 28/4", "backend": "auto", "host_us_queued": min(rounds),
+                               "host_rounds_us": rounds, "torch_add_us": torch_op, "python_us": python,
                                "cpus_seen": sorted(seen)}), flush=True)
+
+
+def timed_python() -> float:
+    """µs for a fixed piece of plain Python (dict and list work of the size of a call's host code)."""
+    import time
+
+    t = time.perf_counter()
+    for i in range(20000):
+        d = {"a": i, "b": (i, i + 1)}
+        d["c"] = [d["a"], *d["b"]]
+    return (time.perf_counter() - t) * 1e6 / 20000
 
 
 def main():
@@ -82,6 +100,7 @@ def main():
     parser.add_argument("--unpinned", type=int, default=4)
     parser.add_argument("--cores", default="", help="single cores to pin to (default: the first and middle CPU "
                         "of each NUMA node)")
+    parser.add_argument("--rows", default=ROWS, help="rows each child times (empty: the host time alone)")
     parser.add_argument("--backends", default=BACKENDS, help="timed in this order in each child; a peer "
                         "(flashinfer_tc, ...) is loaded into the process with it (scripts/gpu_env.sh)")
     parser.add_argument("--imports", default="", help="modules each child imports first without running them "
@@ -89,7 +108,7 @@ def main():
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child:
-        child(opts.child, opts.backends.split(","), [m for m in opts.imports.split(",") if m])
+        child(opts.child, opts.rows, opts.backends.split(","), [m for m in opts.imports.split(",") if m])
         return
 
     from flashdecode.bench import ProbeLog
@@ -109,12 +128,14 @@ def main():
     settings += [(f"cpu{c}", [c]) for c in singles]
 
     log = ProbeLog("affinity")
-    columns = [f"{b[:9]:>9} {r.split('-')[0][:8]:>8}" for r in ROWS.split(",") for b in opts.backends.split(",")]
-    log.line(f"{'setting':<10} {'cpus seen':<12} " + " ".join(columns) + "  host/call")
-    log.line("(eager µs per row and backend; graph µs in the JSON)")
+    columns = [f"{b[:9]:>9} {r.split('-')[0][:8]:>8}" for r in filter(None, opts.rows.split(","))
+               for b in opts.backends.split(",")]
+    log.line(f"{'setting':<10} {'cpus seen':<12} " + " ".join(columns) + "  host/call torch add python")
+    log.line("(eager µs per row and backend; graph µs in the JSON; host µs per queued call of 8 x 2048 28/4 `auto`, "
+             "of a 1-element torch add, and of a fixed piece of Python)")
     for i, (name, cpus) in enumerate(settings):
         pin = name if name != "unpinned" else f"unpinned{i}"
-        command = [sys.executable, __file__, "--child", pin, "--backends", opts.backends, "--imports", opts.imports]
+        command = [sys.executable, __file__, "--child", pin, "--rows", opts.rows, "--backends", opts.backends, "--imports", opts.imports]
         proc = subprocess.run(command, capture_output=True, text=True,
                               preexec_fn=(lambda c=cpus: os.sched_setaffinity(0, c)) if cpus else None)
         recs = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("REC ")]
@@ -125,7 +146,8 @@ def main():
             continue
         eager = " ".join(f"{r.get('eager_us') or 0:18.1f}" for r in recs if "eager_us" in r)
         last = recs[-1]
-        log.line(f"{pin:<10} {','.join(map(str, last['cpus_seen'])):<12} {eager}  {last['host_us_queued']:6.1f}")
+        log.line(f"{pin:<10} {','.join(map(str, last['cpus_seen'])):<12} {eager}  {last['host_us_queued']:6.1f} "
+                 f"{last['torch_add_us']:6.2f} {last['python_us']:6.3f}")
     log.close()
 
 
