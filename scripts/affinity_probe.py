@@ -74,25 +74,11 @@ def child(pin: str, rows_text: str, backends: list[str], imports: list[str]) -> 
     for _ in range(20):
         decode_attention(*c.args, out=out)
     rounds = [bench.host_us_per_call(lambda: decode_attention(*c.args, out=out), 500) for _ in range(5)]
-    # the same process's pace on work without our code: a torch launch (C++ path) and plain Python
-    x = torch.zeros(1, device="cuda")
-    torch_op = min(bench.host_us_per_call(lambda: x.add_(1), 2000) for _ in range(5))
-    python = min(timed_python() for _ in range(5))
+    pace = bench.measure_host_pace("cuda")  # the same process's pace on work that runs none of our code
     seen.add(current_cpu())
     print("REC " + json.dumps({"pin": pin, "row": "8x2048 28/4", "backend": "auto", "host_us_queued": min(rounds),
-                               "host_rounds_us": rounds, "torch_add_us": torch_op, "python_us": python,
-                               "cpus_seen": sorted(seen)}), flush=True)
-
-
-def timed_python() -> float:
-    """µs for a fixed piece of plain Python (dict and list work of the size of a call's host code)."""
-    import time
-
-    t = time.perf_counter()
-    for i in range(20000):
-        d = {"a": i, "b": (i, i + 1)}
-        d["c"] = [d["a"], *d["b"]]
-    return (time.perf_counter() - t) * 1e6 / 20000
+                               "host_rounds_us": rounds, "torch_add_us": pace["torch_op_us"],
+                               "python_us": pace["python_us"], "cpus_seen": sorted(seen)}), flush=True)
 
 
 def main():

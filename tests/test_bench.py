@@ -23,7 +23,11 @@ def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys, device):
     assert all(r["status"] == "ok" for r in results), [r for r in results if r["status"] != "ok"]
     for r in results:
         assert r["eager_us"] > 0 and r["bytes"] > 0 and r["flops"] > 0 and r["max_err"] <= r["tolerance"]
+        # the host's pace beside each eager timing (it moves with the pace)
+        assert r["host_pace"]["python_us"] > 0 and r["host_pace"]["torch_op_us"] > 0
     md = (out / "results.md").read_text()
+    assert "host pace over the run (the eager column moves with it): Python" in md
+    assert f"({len(results)} records)" in md and "host pace over the run: Python" in printed
     assert md.count("\n|") > len(results)
     for png in ("gbps_vs_seqlen.png", "us_vs_batch.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

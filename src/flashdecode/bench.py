@@ -304,6 +304,50 @@ def measure_read_bandwidth(device) -> float:
     return nbytes / (ms * 1e-3)
 
 
+def _python_piece() -> None:
+    """A fixed piece of plain Python (dict and list work), the yardstick of ``measure_host_pace``."""
+    d = {"a": 1, "b": (1, 2)}
+    d["c"] = [d["a"], *d["b"]]
+
+
+def measure_host_pace(device) -> dict:
+    """This process's CPU pace on work that runs none of flashdecode's code, best of 3 rounds each: µs per call of a
+    fixed piece of plain Python (``python_us``) and host µs per queued in-place add on a 1-element tensor of the
+    device (``torch_op_us``: a kernel launch on a GPU). The eager column moves with it: on the H200's host whole
+    processes ran at two paces, and the pace of one process can change within seconds: 25-28 against 34-58 µs of host
+    time per queued `auto` call of 8 x 2048 28/4, with 6.3-7.3 against 7.7-9.8 µs per torch op
+    (docs/benchmarks/h200-2026-11-29/affinity-25c3857). About 30 ms a call."""
+    import time
+
+    import torch
+
+    x = torch.zeros(1, device=device)
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+
+    def per_call(fn, calls):
+        sync()
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        us = (time.perf_counter() - t) / calls * 1e6
+        sync()
+        return us
+
+    return {
+        "python_us": round(min(per_call(_python_piece, 10000) for _ in range(3)), 3),
+        "torch_op_us": round(min(per_call(lambda: x.add_(1), 1000) for _ in range(3)), 2),
+    }
+
+
+def pace_range(results) -> str:
+    """The records' host paces (``measure_host_pace``, taken after each eager timing) as text: min-max of each."""
+    paces = [r["host_pace"] for r in results if "host_pace" in r]
+    python = [p["python_us"] for p in paces]
+    torch_op = [p["torch_op_us"] for p in paces]
+    return (f"Python {min(python):.3f}-{max(python):.3f} µs, torch op {min(torch_op):.2f}-{max(torch_op):.2f} µs "
+            f"({len(paces)} records)")
+
+
 def _l2_bytes(device) -> int:
     import torch
 
@@ -513,6 +557,8 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
                         rec["reason"] = note
                 else:
                     rec.update(status="ok", eager_us=time_cpu(fn, case))
+                if rec["status"] == "ok":  # right after the eager timing, which moves with it
+                    rec["host_pace"] = measure_host_pace(device)
             except Skip as e:
                 rec.update(status="skipped", reason=str(e))
             except Exception as e:  # a peer failing must not stop the sweep; the record says what happened
@@ -658,6 +704,8 @@ def markdown_table(results, meta) -> str:
         f"torch {meta.get('torch')}, triton {meta.get('triton')}, flashinfer {meta.get('flashinfer')}, "
         f"read bandwidth {meta.get('read_bandwidth_gbps') or 0:.0f} GB/s, timing: {meta.get('timing')}"
     )
+    if any("host_pace" in r for r in results):
+        head += f"; host pace over the run (the eager column moves with it): {pace_range(results)}"
     detail = [
         "| row | backend | graph µs | eager µs | GB/s | % peak | vs best other | bound µs | L2 | status |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
@@ -800,6 +848,8 @@ def cmd_bench(args) -> int:
     )
     add_metrics(results, read_bw)
     print(terminal_table(results))
+    if any("host_pace" in r for r in results):
+        print(f"host pace over the run: {pace_range(results)} (the eager column moves with it)")
     if args.out:
         write_outputs(results, meta, args.out)
         print(f"wrote {args.out}/results.json, results.md and plots")
