@@ -4,7 +4,9 @@ For each row (a batch of lengths and a head geometry) the harness builds one ran
 backend against the float64 reference (a wrong backend is marked and not timed), then times it:
 
 * ``graph_us``: median of CUDA-graph replays (``triton.testing.do_bench_cudagraph``), the headline number;
-* ``eager_us``: median of eager calls (``triton.testing.do_bench``), which adds Python and launch overhead.
+* ``eager_us``: median of eager calls (``triton.testing.do_bench``), which adds Python and launch overhead;
+* ``host_pace``: the host's pace right after the eager timing (``measure_host_pace``), which the eager column
+  moves with.
 
 Rows whose K/V fit a few times in L2 rotate through several copies of the cache so that calls do not find
 their data in L2; ``l2`` in the results says "rotated" or "warm". Bytes are counted from the actual lengths:
