@@ -1,5 +1,7 @@
 """Does the bench's eager column depend on the CPU the process runs on? warm-12e01d7/eager-check saw two levels
 (~30 and ~41 µs) on the same row between processes, for the plan and `auto` alike, with graph times unchanged.
+The answer (docs/benchmarks/h200-2026-11-29/affinity-25c3857): no. Not the CPU, FlashInfer being loaded or the address
+layout, but the host's pace, slow on code that is not ours too; hence ``host_pace`` in every bench record.
 
 The parent prints the host's topology (NUMA nodes, the GPU's node), then starts one child process per setting:
 unpinned, pinned to one NUMA node's cores, and pinned to single cores. Each child times a few rows with the bench's
