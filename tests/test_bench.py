@@ -28,6 +28,8 @@ def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys, device):
     md = (out / "results.md").read_text()
     assert "host pace over the run (the eager column moves with it): Python" in md
     assert f"({len(results)} records)" in md and "host pace over the run: Python" in printed
+    pace = results[0]["host_pace"]["torch_op_us"]
+    assert f"| {results[0]['eager_us']:.1f} | {pace:.2f} |" in md  # beside the eager time it was taken after
     assert md.count("\n|") > len(results)
     for png in ("gbps_vs_seqlen.png", "us_vs_batch.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

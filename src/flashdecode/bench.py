@@ -709,13 +709,15 @@ def markdown_table(results, meta) -> str:
     if any("host_pace" in r for r in results):
         head += f"; host pace over the run (the eager column moves with it): {pace_range(results)}"
     detail = [
-        "| row | backend | graph µs | eager µs | GB/s | % peak | vs best other | bound µs | L2 | status |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "| row | backend | graph µs | eager µs | torch op µs | GB/s | % peak | vs best other | bound µs | L2 | status |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
         f = lambda k, fmt: (fmt.format(r[k]) if r.get(k) is not None else "")  # noqa: E731
+        # the host's pace beside the eager time it was taken after (measure_host_pace)
+        pace = f"{r['host_pace']['torch_op_us']:.2f}" if "host_pace" in r else ""
         detail.append(
-            f"| {r['row']} | {r['backend']} | {f('graph_us', '{:.1f}')} | {f('eager_us', '{:.1f}')} | "
+            f"| {r['row']} | {r['backend']} | {f('graph_us', '{:.1f}')} | {f('eager_us', '{:.1f}')} | {pace} | "
             f"{f('gbps', '{:.0f}')} | {f('pct_peak', '{:.1f}')} | {f('speedup_vs_best_other', '{:.2f}x')} | "
             f"{f('bound_us', '{:.1f}')} | {r.get('l2', '')} | {r['status']}"
             f"{': ' + r['reason'] if r.get('reason') else ''} |"
