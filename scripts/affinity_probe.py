@@ -55,17 +55,13 @@ def child(pin: str, rows_text: str, backends: list[str], imports: list[str]) -> 
     for name in imports:
         importlib.import_module(name)
 
+    from eager_bench_probe import parse_row  # this folder is on sys.path when run as a script
+
     from flashdecode import bench, decode_attention
     from flashdecode.cases import random_paged_case
 
     seen = {current_cpu()}
-    rows = []
-    for text in filter(None, rows_text.split(",")):
-        shape, heads = text.split("-")
-        b, s = (int(x) for x in shape.split("x"))
-        hq, hkv = (int(x) for x in heads.split("/"))
-        rows.append(bench.Row([s] * b, hq, hkv))
-    for row in rows:
+    for row in [parse_row(text) for text in filter(None, rows_text.split(","))]:
         for rec in bench.run_rows([row], backends, "cuda", progress=False):
             seen.add(current_cpu())
             print("REC " + json.dumps({"pin": pin, "row": rec["row"], "backend": rec["backend"],

@@ -319,31 +319,21 @@ def measure_host_pace(device) -> dict:
     processes ran at two paces, and the pace of one process can change within seconds: 25-28 against 34-58 µs of host
     time per queued `auto` call of 8 x 2048 28/4, with 6.3-7.3 against 7.7-9.8 µs per torch op
     (docs/benchmarks/h200-2026-11-29/affinity-25c3857). About 30 ms a call."""
-    import time
-
     import torch
 
     x = torch.zeros(1, device=device)
-    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
-
-    def per_call(fn, calls):
-        sync()
-        t = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        us = (time.perf_counter() - t) / calls * 1e6
-        sync()
-        return us
-
     return {
-        "python_us": round(min(per_call(_python_piece, 10000) for _ in range(3)), 3),
-        "torch_op_us": round(min(per_call(lambda: x.add_(1), 1000) for _ in range(3)), 2),
+        "python_us": round(min(host_us_per_call(_python_piece, 10000) for _ in range(3)), 3),
+        "torch_op_us": round(min(host_us_per_call(lambda: x.add_(1), 1000) for _ in range(3)), 2),
     }
 
 
 def pace_range(results) -> str:
-    """The records' host paces (``measure_host_pace``, taken after each eager timing) as text: min-max of each."""
+    """The records' host paces (``measure_host_pace``, taken after each eager timing) as text: min-max of each;
+    "" where no record has one."""
     paces = [r["host_pace"] for r in results if "host_pace" in r]
+    if not paces:
+        return ""
     python = [p["python_us"] for p in paces]
     torch_op = [p["torch_op_us"] for p in paces]
     return (f"Python {min(python):.3f}-{max(python):.3f} µs, torch op {min(torch_op):.2f}-{max(torch_op):.2f} µs "
@@ -419,19 +409,20 @@ class ProbeLog:
 def host_us_per_call(call, calls: int, synced: bool = False) -> float:
     """Mean wall-clock µs per call over ``calls`` calls of ``call()`` started after a device sync: queued (the host's
     cost of a call while the GPU keeps up), or with synced a sync after each (host and GPU in turn). The probe
-    scripts' host-time measure; syncs again before returning."""
+    scripts' and ``measure_host_pace``'s host-time measure; syncs again before returning (no sync without CUDA)."""
     import time
 
     import torch
 
-    torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
     t = time.perf_counter()
     for _ in range(calls):
         call()
         if synced:
-            torch.cuda.synchronize()
+            sync()
     us = (time.perf_counter() - t) / calls * 1e6
-    torch.cuda.synchronize()
+    sync()
     return us
 
 
@@ -706,8 +697,8 @@ def markdown_table(results, meta) -> str:
         f"torch {meta.get('torch')}, triton {meta.get('triton')}, flashinfer {meta.get('flashinfer')}, "
         f"read bandwidth {meta.get('read_bandwidth_gbps') or 0:.0f} GB/s, timing: {meta.get('timing')}"
     )
-    if any("host_pace" in r for r in results):
-        head += f"; host pace over the run (the eager column moves with it): {pace_range(results)}"
+    if pace := pace_range(results):
+        head += f"; host pace over the run (the eager column moves with it): {pace}"
     detail = [
         "| row | backend | graph µs | eager µs | torch op µs | GB/s | % peak | vs best other | bound µs | L2 | status |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
@@ -852,8 +843,8 @@ def cmd_bench(args) -> int:
     )
     add_metrics(results, read_bw)
     print(terminal_table(results))
-    if any("host_pace" in r for r in results):
-        print(f"host pace over the run: {pace_range(results)} (the eager column moves with it)")
+    if pace := pace_range(results):
+        print(f"host pace over the run: {pace} (the eager column moves with it)")
     if args.out:
         write_outputs(results, meta, args.out)
         print(f"wrote {args.out}/results.json, results.md and plots")
