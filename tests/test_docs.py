@@ -1,5 +1,5 @@
 """The docstring examples of the public functions run and print what they claim; scripts/README.md indexes every
-script there is."""
+script there is; the docs' links and the section names that code and docs cite exist."""
 
 import doctest
 import pathlib
@@ -29,3 +29,44 @@ def test_scripts_index_lists_every_script_once():
     on_disk = sorted(p.name for p in scripts.iterdir() if p.suffix in (".py", ".sh"))
     listed = re.findall(r"^\| `([\w.]+\.(?:py|sh))` \|", (scripts / "README.md").read_text(), flags=re.M)
     assert sorted(listed) == on_disk, (set(on_disk) ^ set(listed), [n for n in listed if listed.count(n) > 1])
+
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# every text that cites a doc section or links a file: the package, scripts, tests and the markdown of the repo
+CITING = [*ROOT.glob("src/**/*.py"), *ROOT.glob("scripts/*.py"), *ROOT.glob("tests/*.py"), ROOT / "README.md",
+          *ROOT.glob("docs/**/*.md"), *ROOT.glob("scripts/*.md"), *ROOT.glob("examples/*")]
+
+
+def _squash(text):
+    """One line: a citation wrapped over comment lines reads as one name."""
+    return " ".join(re.sub(r"^\s*#", " ", line) for line in text.splitlines()).split()
+
+
+def test_cited_doc_sections_exist():
+    # `design.md, "Merging the chunks"`: a heading, or a bold paragraph title, of docs/design.md starts with the name,
+    # a whole word
+    cites = set()
+    for path in CITING:
+        if path.is_file():
+            text = " ".join(_squash(path.read_text()))
+            cites |= {(doc, name, str(path.relative_to(ROOT))) for doc, name in re.findall(r'(\w+)\.md\)?,? "([^"]+)"', text)}
+    assert len(cites) > 20, cites
+    missing = []
+    for doc, name, where in sorted(cites):
+        text = (ROOT / "docs" / f"{doc}.md").read_text()
+        titles = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
+        titles += re.findall(r"\*\*([^*]+)\*\*", text)
+        if not any(re.match(re.escape(name) + r"(\W|$)", " ".join(t.split())) for t in titles):
+            missing.append(f"{where}: {doc}.md, {name!r}")
+    assert not missing, missing
+
+
+def test_markdown_links_resolve():
+    links = []
+    for md in (p for p in CITING if p.suffix == ".md"):
+        for target in re.findall(r"\]\(([^)\s]+)\)", md.read_text()):
+            if not re.match(r"[a-z]+:|#", target):
+                links.append((md, target.split("#")[0]))
+    assert len(links) > 30, links
+    broken = [f"{md.relative_to(ROOT)} -> {target}" for md, target in links if not (md.parent / target).exists()]
+    assert not broken, broken
