@@ -10,7 +10,8 @@ import torch
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
 import flashdecode.api as api
-from flashdecode import decode_attention
+from flashdecode import BACKENDS, decode_attention
+from flashdecode.env import env_flag
 from flashdecode.triton_common import launch_config
 
 # "auto" resolves to one of these two (tests/test_splitk.py::test_auto_rule)
@@ -333,17 +334,61 @@ def test_validate_allows_shared_pages_when_asked(valid, device):
 
 
 def test_validation_is_off_by_default(valid, monkeypatch):
-    """Without validate or FLASHDECODE_DEBUG the values are not read: an invalid entry is not reported (the default
-    path has no host sync; test_gpu.py::test_no_host_sync holds that on the GPU)."""
+    """Without validate or FLASHDECODE_DEBUG the values are not all checked: the shared-page test never runs, and the
+    bounds checks only where the values are on the host anyway, CPU tensors and the backends that read them there
+    (the default path has no host sync; test_gpu.py::test_no_host_sync holds that on the GPU)."""
     monkeypatch.delenv("FLASHDECODE_DEBUG", raising=False)
-    calls = []
+    calls, bounds = [], []
     monkeypatch.setattr(api.validation, "check_values", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(api.validation, "check_bounds", lambda *a, **k: bounds.append(a))
+    on_cpu = valid.q.device.type == "cpu"
     decode_attention(*valid.args, backend="torch_sdpa")
-    monkeypatch.setenv("FLASHDECODE_DEBUG", "0")
-    decode_attention(*valid.args, backend="torch_sdpa")
+    for off in ("0", "false", "Off"):
+        monkeypatch.setenv("FLASHDECODE_DEBUG", off)
+        decode_attention(*valid.args, backend="torch_sdpa")
     assert calls == []
+    assert len(bounds) == (4 if on_cpu else 0)
+    for backend in api.HOST_READ_BACKENDS:
+        decode_attention(*valid.args, backend=backend)
+    assert len(bounds) == (6 if on_cpu else 2)
     decode_attention(*valid.args, backend="torch_sdpa", validate=True)
     assert len(calls) == 1
+    monkeypatch.setenv("FLASHDECODE_DEBUG", "yes")
+    decode_attention(*valid.args, backend="torch_sdpa")
+    assert len(calls) == 2 and len(bounds) == (6 if on_cpu else 2)
+
+
+BOUNDS = ["negative length", "table too narrow", "page -1", "page past the pool"]
+
+
+@pytest.mark.parametrize("what", BOUNDS)
+def test_bounds_checked_where_the_values_are_on_the_host(valid, no_launch, what, monkeypatch):
+    """Without validate: on CPU tensors every backend, on any device "reference" and "torch_naive", raise the
+    validate=True error for a read outside the table or the pool (a kernel would read out of bounds, under the
+    interpreter a crash)."""
+    monkeypatch.delenv("FLASHDECODE_DEBUG", raising=False)
+    c, message = _bad_cases(valid)[what]
+    backends = BACKENDS if valid.q.device.type == "cpu" else api.HOST_READ_BACKENDS
+    for backend in backends:
+        with pytest.raises(ValueError, match=message):
+            decode_attention(*c.args, backend=backend)
+
+
+def test_shared_pages_pass_the_bounds_checks(valid, device, monkeypatch):
+    """A page read twice is only an error with validate=True: the default checks on CPU take prefix caching."""
+    monkeypatch.delenv("FLASHDECODE_DEBUG", raising=False)
+    c, _ = _bad_cases(valid)["shared page"]
+    out, lse = decode_attention(*c.args, backend="reference", return_lse=True)
+    _assert_matches_reference(c, out, lse)
+
+
+@pytest.mark.parametrize("value,on", [("", False), ("0", False), ("false", False), ("No", False), (" OFF ", False),
+                                      ("1", True), ("yes", True), ("true", True), ("2", True)])
+def test_env_flags_read_one_way(value, on, monkeypatch):
+    monkeypatch.setenv("FLASHDECODE_TEST_FLAG", value)
+    assert env_flag("FLASHDECODE_TEST_FLAG", not on) is on
+    monkeypatch.delenv("FLASHDECODE_TEST_FLAG")
+    assert env_flag("FLASHDECODE_TEST_FLAG", on) is on
 
 
 def test_validate_must_be_a_bool(valid, no_launch):

@@ -28,6 +28,11 @@ def _call(c, **over):
     return decode_attention(*args.values(), **kwargs)
 
 
+def _wide(t):
+    """t with head dim 512 (above the Triton kernels' 256)."""
+    return t.new_zeros(*t.shape[:-1], 512)
+
+
 CASES = [
     ("q rank", lambda c: dict(q=c.q[0]), ValueError, r"q must be \[B, Hq, D\] or \[B, q_len, Hq, D\], got 2 dims"),
     ("q_len", lambda c: dict(q=c.q[:, None].expand(2, 9, 8, 64)), ValueError, "must have q_len 1..8, got q_len 9"),
@@ -54,6 +59,10 @@ CASES = [
     ("splits float", lambda c: dict(num_splits=2.0), TypeError, "num_splits must be None or an int, got float"),
     ("splits single", lambda c: dict(num_splits=4, backend="triton"), ValueError, "num_splits=4 needs backend 'triton_splitk', 'triton_tma' or 'auto'"),
     ("scale", lambda c: dict(softmax_scale="0.1"), TypeError, "softmax_scale must be None or a float, got str"),
+    ("scale nan", lambda c: dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be finite, got nan"),
+    ("scale inf", lambda c: dict(softmax_scale=float("-inf")), ValueError, "softmax_scale must be finite, got -inf"),
+    ("lse type", lambda c: dict(return_lse="yes"), TypeError, "return_lse must be a bool, got str"),
+    ("head dim 512", lambda c: dict(q=_wide(c.q), k_cache=_wide(c.k_cache), v_cache=_wide(c.v_cache), backend="triton_splitk"), ValueError, "backend 'triton_splitk' takes head_dim up to 256, got 512; backend 'torch_sdpa' or 'torch_naive' takes any"),
     ("not a tensor", lambda c: dict(block_table=[[0]]), TypeError, "block_table must be a torch.Tensor, got list"),
     ("layout", lambda c: dict(kv_layout="NDH"), ValueError, r"kv_layout must be one of \('NHD', 'HND'\), got 'NDH'"),
     ("HND heads", lambda c: dict(kv_layout="HND"), ValueError, r"q's 8 heads must be a multiple of k_cache's 16 KV heads \(dim 1 of \(\d+, 16, 2, 64\), kv_layout 'HND'\)"),
@@ -100,6 +109,9 @@ def test_import_does_no_work():
 
 
 def test_triton_on_cpu_without_interpreter_is_a_clear_error(monkeypatch, no_launch):
+    # the kernel modules first, under the interpreter: @triton.jit reads TRITON_INTERPRET when it decorates, so
+    # importing them here, interpreter off, would leave this worker's later tests with compiled kernels and no GPU
+    api._kernels()
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     c = case([5, 20], 8, 2, 64, 16, torch.float16, "cpu")
     for backend in ("triton", "triton_splitk"):

@@ -40,6 +40,11 @@ SINGLE_PASS_MAX_TOKENS = 256
 # splits). 0: off (docs/design.md)
 CAPACITY_SPLITS_MAX_TOKENS = 2560
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
+# the backends that copy the lengths and the table to the host for their own loop: every call checks the values'
+# bounds there (``validation.check_bounds``), as on CPU tensors
+HOST_READ_BACKENDS = ("reference", "torch_naive")
+# the largest head dim the Triton kernels' tiles are sized for (``triton_common.launch_config``) and tested at
+TRITON_MAX_HEAD_DIM = 256
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # num_splits value that asks triton_splitk for the deterministic cut (a sentinel, never a user value)
 DETERMINISTIC = object()
@@ -112,7 +117,7 @@ def decode_attention(
         cache_seqlens: [B] int32, valid tokens per sequence (0 allowed).
         block_table: [B, max_pages] int32 page ids, or None for a dense cache. Entries at index
             >= ceil(cache_seqlens[b] / page_size) are never read, so they may be -1 or garbage.
-        softmax_scale: defaults to 1 / sqrt(D).
+        softmax_scale: a finite float; defaults to 1 / sqrt(D).
         backend: one of ``flashdecode.BACKENDS``: "auto", "reference" (float64 on CPU), "torch_naive",
             "torch_sdpa", "triton" (single pass), "triton_splitk" (flash-decoding), "triton_tma" (flash-decoding with
             TMA page loads; compute capability >= 9.0, page_size a power of two in [16, 256]).
@@ -121,7 +126,7 @@ def decode_attention(
         out: optional buffer with q's shape, dtype and device to write into. It may be q itself (same storage,
             shape and strides: every program reads its q rows before it writes the same out rows), but it must
             not otherwise share memory with an input.
-        return_lse: also return the natural-log LSE, float32 with q's shape without D ([B, Hq] or [B, q_len, Hq]).
+        return_lse: bool, also return the natural-log LSE, float32 with q's shape without D ([B, Hq] or [B, q_len, Hq]).
         kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
         deterministic: each sequence's output is bit-identical whatever else is in the batch: split boundaries
             fall every ``triton_splitk.DETERMINISTIC_SPLIT_TOKENS`` tokens of the sequence's own length and the
@@ -139,7 +144,9 @@ def decode_attention(
             (docs/features.md).
         validate: also check the values of cache_seqlens and block_table (one host sync; ``validation.py``):
             lengths in [0, max_pages * page_size], the page ids they read in [0, num_pages), no page read twice.
-            The environment variable FLASHDECODE_DEBUG=1 turns it on for every call.
+            The environment variable FLASHDECODE_DEBUG=1 turns it on for every call. On CPU tensors, and with
+            backend "reference" or "torch_naive" (which read the values on the host anyway), the first two checks
+            run on every call.
         allow_shared_pages: with validation on, accept pages read by several sequences (prefix caching).
         plan: a ``DecodePlan`` from ``flashdecode.plan_decode`` for these shapes (backend "auto", no num_splits,
             not deterministic): the kernels chosen from the lengths read once on the host, e.g. once per decode
@@ -173,11 +180,16 @@ def decode_attention(
     )  # fmt: skip
     if not isinstance(validate, bool):
         raise TypeError(f"validate must be a bool, got {type(validate).__name__}")
+    if not isinstance(return_lse, bool):
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
     checked = validate or validation.debug_enabled()
     if checked:
         validation.check_values(
             cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], allow_shared_pages=allow_shared_pages
         )
+    elif q.device.type == "cpu" or backend in HOST_READ_BACKENDS:
+        # the lengths are on the host anyway: keeping every read inside the table and the pool costs no sync
+        validation.check_bounds(cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1])
     q_shape = q.shape
     batch, head_dim = q_shape[0], q_shape[-1]
     out_given = out is not None
@@ -230,6 +242,11 @@ def decode_attention(
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
+            )
+        if name.startswith("triton") and head_dim > TRITON_MAX_HEAD_DIM:
+            raise ValueError(
+                f"backend {name!r} takes head_dim up to {TRITON_MAX_HEAD_DIM}, got {head_dim}; "
+                "backend 'torch_sdpa' or 'torch_naive' takes any"
             )
         # only the backends whose every launch and workspace goes through launcher.launch / workspace are recorded
         with launcher.recording(key if name in _REPLAYABLE else None, inputs):
@@ -407,6 +424,8 @@ def _validate_options(backend, num_splits, softmax_scale, kv_layout, determinist
             )
     if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float))):
         raise TypeError(f"softmax_scale must be None or a float, got {type(softmax_scale).__name__}")
+    if softmax_scale is not None and not math.isfinite(softmax_scale):
+        raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
     if kv_layout not in _LAYOUTS:
         raise ValueError(f"kv_layout must be one of {tuple(_LAYOUTS)}, got {kv_layout!r}")
     if not isinstance(deterministic, bool):

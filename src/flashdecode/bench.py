@@ -779,16 +779,23 @@ def add_bench_arguments(p):
     p.add_argument("--batch", help="free-form rows: batch sizes, e.g. 1,8,64 or 1:256:x2")
     p.add_argument("--seqlen", help="free-form rows: lengths, e.g. 1024:131072:x2")
     p.add_argument("--heads", default="32/8", help="free-form rows: query/KV heads (default 32/8)")
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--head-dim", type=int, default=128, help="free-form rows: head dim (default 128)")
+    p.add_argument("--page-size", type=int, default=16, help="free-form rows: tokens per page (default 16)")
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
+                   help="dtype of every row (default bf16; the presets' rows take it too)")
     ours = ", ".join(FLASHDECODE_BACKENDS + (PLANNED,))
-    p.add_argument("--backends", help=f"comma-separated; flashdecode: {ours}; peers: {', '.join(PEERS)}")
+    p.add_argument(
+        "--backends",
+        help=f"comma-separated; flashdecode: {ours} ({PLANNED}: auto with a plan_decode plan, the tables' 'with "
+        f"plan'); peers: {', '.join(PEERS)} (default: {', '.join(GPU_DEFAULT)} on a GPU, "
+        f"{', '.join(CPU_DEFAULT)} on CPU)",
+    )
     p.add_argument("--out", help="folder for results.json, results.md and the plots")
     p.add_argument("--compare", help="a previous results.json: print the rows more than 5%% slower")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                   help="auto (default): cuda if torch sees a GPU, else cpu")
     p.add_argument("--warm-l2", action="store_true", help="no cache rotation: small rows then read K/V from L2")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def rows_from_args(args, on_gpu) -> list[Row]:

@@ -28,18 +28,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import threading
 
 import torch
 
+from .env import env_flag
+
 # FLASHDECODE_LAUNCH_CACHE=0 turns replays off (every call runs the backend's host code and Triton's binding)
-ENABLED = os.environ.get("FLASHDECODE_LAUNCH_CACHE", "1") != "0"
+ENABLED = env_flag("FLASHDECODE_LAUNCH_CACHE", True)
 # keys remembered; cleared when full (a caller cycling through more shapes than this pays the slow path)
 MAX_ENTRIES = 256
 # replays call the C launch function under Triton's launcher wrapper where that is safe (``_direct_launch``);
 # FLASHDECODE_DIRECT_LAUNCH=0 (or False here, then ``clear()``): always the wrapper
-DIRECT = os.environ.get("FLASHDECODE_DIRECT_LAUNCH", "1") != "0"
+DIRECT = env_flag("FLASHDECODE_DIRECT_LAUNCH", True)
 # a key whose launches could not be resolved: always the slow path
 UNCACHEABLE = object()
 # byte alignment of each workspace in a compiled replay's single buffer (the allocator's own blocks are 512-aligned;

@@ -19,11 +19,12 @@ output. See docs/design.md for the derivation and docs/features.md for the featu
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
+
+from .env import env_flag
 
 # exp(x) = exp2(x * LOG2E): the scale is folded into one multiply of the scores
 LOG2E = 1.4426950408889634
@@ -45,8 +46,8 @@ def next_power_of_2(n: int) -> int:
 
 
 def interpreting() -> bool:
-    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1, read as Triton reads it)."""
+    return bool(triton.knobs.runtime.interpret)
 
 
 def dot_in_fp32(dtype) -> bool:
@@ -65,7 +66,7 @@ def use_pdl(device) -> bool:
     interpreter): a kernel launched with it is scheduled while its predecessor still runs and waits in
     ``wait_for_previous`` before touching memory, so the launch gap between planner, partial and combine shrinks.
     ``PDL`` (module attribute) switches it off for measurements."""
-    if not PDL or interpreting() or device.type != "cuda":
+    if not PDL or device.type != "cuda" or interpreting():
         return False
     return _capability_major(device.index) >= 9
 
@@ -311,7 +312,7 @@ PREFETCH_DEEP_TILE = dict(BLOCK_N=32, num_stages=4, PREFETCH_PAGES=True)
 # the single pass from token 0, fixed splits from where a plan's length puts them (decode_splitk's len_hint).
 # Measured in docs/design.md, "The first page ids before the lengths". FLASHDECODE_EARLY_PAGES=0 (or False here,
 # then launcher.clear()): after the lengths, as before
-EARLY_PAGES = os.environ.get("FLASHDECODE_EARLY_PAGES", "1") != "0"
+EARLY_PAGES = env_flag("FLASHDECODE_EARLY_PAGES", True)
 # GQA groups of 4-16, one query token, 16-bit cache, head dims other than 128: a deeper tile without the page-id
 # prefetch. H200, 64 x 4096 32/8 (scripts/pipeline_probe.py dims, graph µs, single pass / planned split / 1 x 8192):
 # head_dim 64: 128 tokens, 2 stages 127.0 / 129.4 / 12.3 against the 64-token, 3-stage tile's 144.5 / 189.5 / 12.4
@@ -526,7 +527,7 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
 # 12/12 99.0 -> 113.1 µs). H200, the anchor grid, off -> on as kept (defer-sum-c005839): the plan 0.994x, `auto`
 # 0.993x, no row more than 0.3% slower; 8 x 2048 28/4 12.7 -> 12.4 µs, 16 x 4096 12/2 21.3 -> 21.0.
 # FLASHDECODE_DEFER_SUM=0: a row sum per tile everywhere
-DEFER_ROW_SUM = tl.constexpr(os.environ.get("FLASHDECODE_DEFER_SUM", "1") != "0")
+DEFER_ROW_SUM = tl.constexpr(env_flag("FLASHDECODE_DEFER_SUM", True))
 
 
 @triton.constexpr_function

@@ -1,8 +1,10 @@
 """Value checks of the paged-cache metadata: what ``decode_attention(..., validate=True)`` adds.
 
-The default path checks shapes, dtypes, devices and strides only (``api._validate``): reading the values of
-``cache_seqlens`` and ``block_table`` means copying them to the host, a synchronisation that a decode step (and a
-captured CUDA graph) cannot afford. With ``validate=True`` or the environment variable ``FLASHDECODE_DEBUG=1``,
+On CUDA tensors the default path checks shapes, dtypes, devices and strides only (``api._validate``): reading the
+values of ``cache_seqlens`` and ``block_table`` means copying them to the host, a synchronisation that a decode step
+(and a captured CUDA graph) cannot afford. Where the values are on the host anyway (CPU tensors, and the "reference"
+and "torch_naive" backends, which read them there) every call runs ``check_bounds``: the first three checks below,
+which keep every read inside the table and the pool. With ``validate=True`` or the environment variable ``FLASHDECODE_DEBUG=1``,
 ``check_values`` copies them once and raises ValueError naming the argument, the sequence and the value for:
 
 * a negative length;
@@ -18,16 +20,17 @@ docs/contracts.md lists every contract and the test that holds it.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-__all__ = ["check_values", "debug_enabled"]
+from .env import env_flag
+
+__all__ = ["check_bounds", "check_values", "debug_enabled"]
 
 
 def debug_enabled() -> bool:
-    """True when FLASHDECODE_DEBUG is set to anything but "" or "0": every call validates values."""
-    return os.environ.get("FLASHDECODE_DEBUG", "0") not in ("", "0")
+    """True when FLASHDECODE_DEBUG is on (``env.env_flag``: anything but "", "0", "false", "no", "off"): every call
+    validates values."""
+    return env_flag("FLASHDECODE_DEBUG", False)
 
 
 def check_values(cache_seqlens, block_table, num_pages: int, page_size: int, *, allow_shared_pages: bool = False):
@@ -43,8 +46,33 @@ def check_values(cache_seqlens, block_table, num_pages: int, page_size: int, *, 
     # the one host sync: both tensors to the CPU, widened so that sums cannot overflow
     lens = cache_seqlens.detach().to("cpu", torch.int64)
     table = block_table.detach().to("cpu", torch.int64)
-    width = table.shape[1]
+    read = _check_bounds(lens, table, num_pages, page_size)
 
+    if not allow_shared_pages:
+        where = read.nonzero()  # [N, 2] (sequence, column), row-major
+        ids = table[read]
+        order = torch.argsort(ids, stable=True)
+        repeated = (ids[order][1:] == ids[order][:-1]).nonzero()
+        if len(repeated):
+            i = int(repeated[0])
+            (b0, j0), (b1, j1) = where[order[i]].tolist(), where[order[i + 1]].tolist()
+            raise ValueError(
+                f"page {int(ids[order[i]])} is read by block_table[{b0}, {j0}] and block_table[{b1}, {j1}]; "
+                "pass allow_shared_pages=True if sharing is intended (prefix caching)"
+            )
+
+
+def check_bounds(cache_seqlens, block_table, num_pages: int, page_size: int):
+    """``check_values`` without the shared-page test: the checks that keep every read inside the table and the pool.
+    What ``decode_attention`` runs on every call whose lengths are on the host anyway (CPU tensors, and the
+    "reference" and "torch_naive" backends, which read them there), where it costs no synchronisation."""
+    _check_bounds(cache_seqlens.detach().to("cpu", torch.int64), block_table.detach().to("cpu", torch.int64),
+                  num_pages, page_size)
+
+
+def _check_bounds(lens, table, num_pages, page_size):
+    """The int64 CPU lengths' and table's bounds checks; returns the [B, max_pages] mask of the entries read."""
+    width = table.shape[1]
     negative = (lens < 0).nonzero()
     if len(negative):
         b = int(negative[0])
@@ -67,16 +95,4 @@ def check_values(cache_seqlens, block_table, num_pages: int, page_size: int, *, 
             f"block_table[{b}, {j}] = {int(table[b, j])} is not a page id in [0, {num_pages}); sequence {b} has "
             f"{int(lens[b])} tokens, so its first {int(pages_read[b])} entries are read"
         )
-
-    if not allow_shared_pages:
-        where = read.nonzero()  # [N, 2] (sequence, column), row-major
-        ids = table[read]
-        order = torch.argsort(ids, stable=True)
-        repeated = (ids[order][1:] == ids[order][:-1]).nonzero()
-        if len(repeated):
-            i = int(repeated[0])
-            (b0, j0), (b1, j1) = where[order[i]].tolist(), where[order[i + 1]].tolist()
-            raise ValueError(
-                f"page {int(ids[order[i]])} is read by block_table[{b0}, {j0}] and block_table[{b1}, {j1}]; "
-                "pass allow_shared_pages=True if sharing is intended (prefix caching)"
-            )
+    return read
