@@ -1,5 +1,6 @@
 """Greedy generation with flashdecode on a Llama-3-8B-shaped model (random bf16 weights, built on the GPU), with the
-decode step captured in a CUDA graph; prints decode tokens/s next to transformers' generate (SDPA).
+decode step captured in a CUDA graph; prints decode tokens/s next to transformers' generate (SDPA). Needs a CUDA GPU
+with room for 8B bf16 weights (16 GB) and the KV cache; examples/generate_tiny_cpu.py is the CPU version.
 
     .venv/bin/python examples/generate_llama_gpu.py [--batch 8] [--new-tokens 64]
 """

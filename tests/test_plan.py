@@ -109,6 +109,17 @@ def test_plan_picks_and_runs_that_path(name, device, small_gpu):
     assert torch.equal(out, alone[0]) and torch.equal(lse, alone[1])
 
 
+def test_plan_repr_says_the_choice_not_the_tensors(device, small_gpu):
+    """A plan prints its backend, splits, flags, batch shape and reason; its tensors by their size only."""
+    c = _case([150, 3], device)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.table is not None and plan.counters is not None, plan.reason
+    text = repr(plan)
+    assert text.startswith(f"DecodePlan(backend='triton_splitk', num_splits=None, counters=<{plan.counters.numel()} "
+                           f"int32>, table=<{plan.table.numel()} int32>, B=2, heads={c.q.shape[-2]}/"), text
+    assert text.endswith(f"reason={plan.reason!r})") and "tensor(" not in text and "device" not in text, text
+
+
 def test_fixed_splits_reproduce_the_planned_cut(device, small_gpu):
     """For a uniform batch the plan's fixed splits are the planner's chunks: same partials, bit for bit (both modes
     number the chunks b * k + s), and the same output."""

@@ -142,6 +142,17 @@ class DecodePlan:
     in_order: bool = False
     len_hint: int = 0
 
+    def __repr__(self):
+        # the choice and why; the shapes tuple and the tensors (counters, table) by their size only
+        extras = [f"{name}=True" for name in ("dual_path", "long_tile", "in_order") if getattr(self, name)]
+        extras += [f"len_hint={self.len_hint}"] if self.len_hint else []
+        extras += [f"{name}=<{t.numel()} int32>" for name, t in (("counters", self.counters), ("table", self.table))
+                   if t is not None]
+        shapes = _describe(self.shapes)
+        shapes = f"B={shapes['batch']}, heads={shapes['num_q_heads']}/{shapes['num_kv_heads']}, D={shapes['head_dim']}"
+        return (f"DecodePlan(backend={self.backend!r}, num_splits={self.num_splits}, {', '.join(extras + [shapes])}, "
+                f"reason={self.reason!r})")
+
     def __post_init__(self):
         if self.long_tile and self.backend != "triton_splitk":
             raise ValueError(f"DecodePlan: long_tile is for triton_splitk calls (got {self.backend!r})")
