@@ -49,7 +49,8 @@ def test_cited_doc_sections_exist():
     for path in CITING:
         if path.is_file():
             text = " ".join(_squash(path.read_text()))
-            cites |= {(doc, name, str(path.relative_to(ROOT))) for doc, name in re.findall(r'(\w+)\.md\)?,? "([^"]+)"', text)}
+            where = str(path.relative_to(ROOT))
+            cites |= {(doc, name, where) for doc, name in re.findall(r'(\w+)\.md\)?,? "([^"]+)"', text)}
     assert len(cites) > 20, cites
     missing = []
     for doc, name, where in sorted(cites):

@@ -126,7 +126,8 @@ def decode_attention(
         out: optional buffer with q's shape, dtype and device to write into. It may be q itself (same storage,
             shape and strides: every program reads its q rows before it writes the same out rows), but it must
             not otherwise share memory with an input.
-        return_lse: bool, also return the natural-log LSE, float32 with q's shape without D ([B, Hq] or [B, q_len, Hq]).
+        return_lse: bool, also return the natural-log LSE, float32 with q's shape without D ([B, Hq] or
+            [B, q_len, Hq]).
         kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
         deterministic: each sequence's output is bit-identical whatever else is in the batch: split boundaries
             fall every ``triton_splitk.DETERMINISTIC_SPLIT_TOKENS`` tokens of the sequence's own length and the
@@ -187,7 +188,7 @@ def decode_attention(
         validation.check_values(
             cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], allow_shared_pages=allow_shared_pages
         )
-    elif q.device.type == "cpu" or backend in HOST_READ_BACKENDS:
+    elif q.is_cpu or backend in HOST_READ_BACKENDS:
         # the lengths are on the host anyway: keeping every read inside the table and the pool costs no sync
         validation.check_bounds(cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1])
     q_shape = q.shape

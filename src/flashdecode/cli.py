@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--heads", type=_heads, help="query/KV heads, e.g. 32/8 (default: 32/8 on a GPU, 8/2 on the CPU)")
     run.add_argument("--head-dim", type=int, help="head dim D (default: 128 on a GPU, 64 on the CPU)")
     run.add_argument("--page-size", type=int, default=16, help="tokens per KV page (default: 16)")
-    run.add_argument("--dtype", type=_dtype, default="bf16", metavar="{bf16,fp16,fp32}", help="q and cache dtype (default: bf16)")
+    run.add_argument("--dtype", type=_dtype, default="bf16", metavar="{bf16,fp16,fp32}",
+                     help="q and cache dtype (default: bf16)")
     run.add_argument("--seed", type=int, default=0, help="seed of the random case (default: 0)")
     run.set_defaults(func=cmd_run)
 
