@@ -27,3 +27,12 @@ def test_run_rejects_unparsable_lengths(capsys):
         main(["run", "--seqlens", "0,a"])
     assert exit_info.value.code == 2
     assert "--seqlens must be comma-separated integers, e.g. 0,17,4096, got '0,a'" in capsys.readouterr().err
+
+
+def test_run_names_the_backends_that_refuse_a_case(capsys, device):
+    """head_dim 512: the Triton backends refuse it by name, the PyTorch ones still run and pass."""
+    assert main(["run", "--device", device, "--seqlens", "3,20", "--heads", "2/1", "--head-dim", "512"]) == 0
+    printed = capsys.readouterr().out
+    assert "triton_splitk: not run: backend 'triton_splitk' takes head_dim up to 256, got 512" in printed, printed
+    for backend in ("reference", "torch_naive", "torch_sdpa"):
+        assert any(line.split()[:1] == [backend] and " yes " in line for line in printed.splitlines()), printed

@@ -87,9 +87,8 @@ def cmd_run(args) -> int:
         try:
             out = decode_attention(*case.args, backend=backend)
         except ValueError as e:
-            # triton_tma needs Hopper and TMA-friendly pages: say so instead of failing the run
-            if backend != "triton_tma":
-                raise
+            # a backend that refuses the case (triton_tma off Hopper or with other pages, the Triton kernels above
+            # head_dim 256) says why; the others still run
             print(f"{backend}: not run: {e}")
             continue
         ok, err = check_output(out, ref_out, tolerance)
