@@ -12,8 +12,13 @@
 Model features (softcap, ALiBi, sinks, sliding window, multi-token queries, fp8 KV) are constexpr switches of these
 helpers, bundled on the host by ``Features``; with every switch off the kernels compile to the plain decode path.
 
-State names follow the papers: ``m_i`` running max (log2 units), ``l_i`` running sum, ``acc`` the unnormalised
-output. See docs/design.md for the derivation and docs/features.md for the features.
+State names follow the papers: ``m_i`` running max (log2 units in the attention walk; in the LSE merges of
+triton_splitk a natural-log LSE), ``l_i`` running sum, ``acc`` the unnormalised output. See docs/design.md for the
+derivation and docs/features.md for the features.
+
+The call chain of a kernel: ``attend_group`` (one program's query rows against one KV head: ``group_rows``,
+``load_q_rows``, the window's start, then ``attend_range`` -> ``softmax_step`` per tile, then ``finalize``) and
+``store_group`` (the rows' out and LSE, or a split's partials). The rest of this module serves the launchers.
 """
 
 from __future__ import annotations
@@ -630,10 +635,13 @@ def attend_range(
     q: [BLOCK_H, BLOCK_D] query tile. m_i, l_i: [BLOCK_H] fp32. acc: [BLOCK_H, BLOCK_D] fp32.
     K, V: cache pointers already offset to this KV head. BLOCK_ROW: this sequence's block-table row, stride_btp apart.
     USE_DOT: products on the tensor cores (tl.dot, BLOCK_H >= 16); otherwise broadcast-multiply and reduce on the
-    CUDA cores, which wastes nothing on padding rows when the group is small (MHA: one head per KV head).
+    CUDA cores. Every launch sets it (``DOT_MIN_GROUP`` = 1: tl.dot even for MHA, measured faster); the CUDA-core
+    path stays for tests/test_backends.py and sweeps.
     qk_scale: scale * log2(e), or the natural scale when HAS_SOFTCAP or HAS_ALIBI (those act on natural logits).
     qpos: [BLOCK_H] int32 query position of each row (ALiBi, and the causal / window masks when Q_LEN > 1).
-    slope: [BLOCK_H] fp32 ALiBi slope of each row. softcap: float. window: int (window_left).
+    slope: [BLOCK_H] fp32 ALiBi slope of each row (without HAS_ALIBI unused: any fp32). softcap: float. window:
+    int (window_left). KV_FP8: 0, a 16-bit cache; 1, an fp8 cache, products in q's dtype; 2, an fp8 cache, products
+    in fp16 with q clamped to +-65504 (``FP8_DOT_F16``).
     With Q_LEN == 1 every row sees [start, end): the caller starts at the window's first token, so no mask is
     needed. With Q_LEN > 1 rows differ, a tile may be fully masked for a row, and the running max is measured from 0
     while it is still -inf (so exp2(-inf - (-inf)) never happens). Otherwise every tile holds a valid token for
@@ -652,10 +660,10 @@ def attend_range(
     V_T: 0, V's head dim is contiguous. Otherwise V's pages are token-major (``v_token_major``: stride_vt is 1,
     head-dim elements PAGE_SIZE apart), and V is loaded along its tokens, which lets an 8-bit V reach the tensor
     cores without one-byte shared loads (docs/features.md). 1: whole runs of RUN tokens (``RUN_C``: the largest
-    power of two dividing PAGE_SIZE, at most BLOCK_N), one vector each; `end` is a multiple of RUN
-    (``attend_group``) and `start` may lie inside a run (the walk starts at the run and masks the tokens before
-    `start`, which exist). 2: token by token, for the last partial run of a
-    range, whose slots past the sequence may hold anything (a NaN there would turn P V into NaN).
+    power of two dividing PAGE_SIZE, at most BLOCK_N), one vector each; `end` is a multiple of RUN, or `start`
+    itself (an empty walk: ``attend_group``), and `start` may lie inside a run (the walk starts at the run and masks
+    the tokens before `start`, which exist). 2: token by token, for the last partial run of a range, whose slots
+    past the sequence may hold anything (a NaN there would turn P V into NaN).
     """
     mask_d = offs_d < HEAD_DIM
     if DOT_F32 and USE_DOT:
@@ -851,12 +859,14 @@ def attend_group(
     if HAS_ALIBI:
         slope = tl.load(ALIBI + row_head, mask=mask_h, other=0.0)
     else:
+        # unused without ALiBi: any fp32 value keeps the argument typed
         slope = qk_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     k_head = K + kv_head.to(tl.int64) * stride_kh
     v_head = V + kv_head.to(tl.int64) * stride_vh
+    # [start, whole) walks in whole runs of token-major V, then [whole, end) token by token (attend_range's V_T 1, 2)
     whole = end
     if V_T:
         # token-major V: whole runs up to the last run boundary, then the rest of the last run token by token, in a

@@ -115,6 +115,14 @@ def _decode_single_kernel(
     table_tokens=0,
     EARLY_PAGES: tl.constexpr = False,
 ):
+    """One program per (KV head x head block, sequence): grid (Hkv * HEAD_BLOCKS, B). The program attends its query
+    rows (the GQA group's, up to BLOCK_H of them) over the sequence's whole visible range and writes out and LSE.
+
+    A plain call takes the ``else`` branch below with EVEN_B = LONGEST_B = 0: sequence = program_id(1). The rest
+    picks the sequence otherwise: LONGEST_B (0: off, else the lengths tile's width, B padded to a power of two) deals
+    the sequences longest first; EVEN_B (likewise 0 or the width) makes the program write only if the batch is even
+    (a dual-path call, whose planned kernels take the other case). Shapes and the other switches: ``attend_group``.
+    """
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS
     head_block = tl.program_id(0) % HEAD_BLOCKS
@@ -150,6 +158,8 @@ def _decode_single_kernel(
             # under the tail gate an even batch of long sequences is ours only before tail_first (planned_from)
             if not (even & (short | (seq < tail_first))):
                 return
+    # (seqlen, window start, seqlen): the length and the range [start, end); early page ids from token 0 (early_first
+    # 0), not after longest_first, which learns its sequence too late for them
     out, lse = attend_group(
         Q, K, V, BLOCK_TABLE + seq * stride_btb, seq, kv_head, head_block, seqlen,
         window_start(seqlen, window, HAS_WINDOW, Q_LEN), seqlen, qk_scale,
@@ -212,7 +222,7 @@ def decode_single(
         features: ``triton_common.Features`` (softcap, ALiBi, sinks, window, q_len, fp8 scales); None = none.
         num_sms: the device's SM count, if known: a grid of at most that many programs takes
             ``PREFETCH_ONE_WAVE_TILE`` where the prefetching tile applies, one of more than a wave of
-            ``PREFETCH_TILE_PER_SM`` per SM ``PREFETCH_DEEP_TILE`` (``single_pass_long_grid``).
+            ``PREFETCH_TILE_PER_SM`` per SM takes ``PREFETCH_DEEP_TILE`` (``single_pass_long_grid``).
         even_only: the first launch of a dual-path split-K call: the programs write only if the batch is even
             (``triton_common.even_batch``), and let the planned kernels that follow start at once.
         long_mean: with even_only, also only if the mean visible length is below this many tokens (0: any), and

@@ -46,8 +46,9 @@ Two ways to cut, one kernel:
 Bytes: the visible K/V once per head block (one block unless q_len x group exceeds BLOCK_H), plus
 2 * chunks * q_len * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences. With a sliding window both
 modes cut only the visible tokens [window start, L), so pages before the window are never read.
-Grids: planner (slots / ``planner_shape``); partial (slots, Hkv * head blocks); combine (q_len * Hq, B, head-dim
-blocks), not launched when the merge is fused and the table cannot hold a longer sequence.
+Grids: planner (slots / ``planner_shape``); partial (slots, Hkv * head blocks), or (Hkv * head blocks, slots) for
+the tile classes of ``PARTIAL_HEADS_FIRST`` (groups >= 4, head dims above 128, fp8's long tile); combine (q_len * Hq,
+B, head-dim blocks), not launched when the merge is fused and the table cannot hold a longer sequence.
 """
 
 from __future__ import annotations
@@ -650,6 +651,7 @@ def merge_chunk(m_i, l_i, acc, O_PART, LSE_PART, chunk, mask_c, in_chunk, offs_d
     # [BLOCK_H, BLOCK_D]
     o_c = tl.load(O_PART + rows[:, None] * BLOCK_D + offs_d[None, :], mask=mask_c[:, None], other=0.0,
                   cache_modifier=".cg")  # fmt: skip
+    # m_i here is the running max of chunk LSEs, natural log (not the kernels' log2 scores)
     m_new = tl.maximum(m_i, lse_c)
     # padding rows (and chunks past the end) stay -inf: measure from 0 so exp(-inf - 0) = 0
     m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -683,7 +685,8 @@ def merge_if_last(
         if arrived == count - 1:
             row_tok, row_head, mask_h = group_rows(head_block, kv_head, GROUP, Q_LEN, BLOCK_H)
             offs_d = tl.arange(0, BLOCK_D)
-            # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (< B + 8 * #SMs)
+            # int64 row offsets within a chunk's [Q_LEN * Hq] rows; chunk ids are small (below the grid's chunk slots:
+            # B + at most TAIL_EXTRA_PROGRAMS_PER_SM * #SMs / Hkv planned, B * S fixed)
             in_chunk = (row_tok * num_q_heads + row_head).to(tl.int64)
             # the combine's online softmax over chunk LSEs (natural log), [BLOCK_H] rows at once
             m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -802,6 +805,16 @@ def _partial_kernel(
     len_hint=0,
     EARLY_PAGES: tl.constexpr = False,
 ):
+    """One program per (chunk slot, KV head x head block): runs the online softmax over one chunk of one sequence.
+
+    Grid (slots, Hkv * HEAD_BLOCKS), or (Hkv * HEAD_BLOCKS, slots) with HEADS_FIRST. Where the slot's chunk comes
+    from: NUM_SPLITS > 0, fixed splits (slot b * S + s is split s of sequence b); INLINE_PLAN, the cut computed here
+    from the lengths (<= 16 sequences); else the planner's PLAN table, or the host's (HOST_TABLE). A sequence of one
+    chunk is written straight to OUT / LSE; the others write partials (O_PART normalised, LSE_PART natural log), and
+    with FUSED_MAX > 0 the last of a sequence's chunks to arrive merges them (``merge_if_last``, up to FUSED_MAX
+    chunks). LAST: no combine launch follows this kernel. EVEN_B: a dual-path call's planned half (0: off, else the
+    lengths tile's width), which returns on a batch the single pass takes. Shapes: ``attend_group``.
+    """
     first_seq = 0
     if EVEN_B:
         # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
@@ -937,6 +950,14 @@ def _combine_kernel(
     NARROW: tl.constexpr = False,
     SMALL_S: tl.constexpr = 0,
 ):
+    """Merges one sequence's chunks for one query row: LSE = log sum_c exp(lse_c), out = sum_c exp(lse_c - LSE) o_c.
+
+    Grid (q_len * Hq rows, B sequences, head-dim blocks of BLOCK_DC columns). The chunks come from fixed splits
+    (NUM_SPLITS > 0), the in-place cut (INLINE_PLAN, computed before the PDL wait) or the planner's PLAN columns.
+    A sequence of at most MERGED_MAX chunks was written by its partial programs (``merge_if_last``) and is skipped.
+    LONG_ONLY (0: off, else the lengths tile's width): dim 1 counts only the sequences that can have more than
+    MERGED_MAX chunks, and program k finds the k-th of them. The chunks' LSEs are read BLOCK_S at a time.
+    """
     first_seq = 0
     if EVEN_B:
         # dual-path call: an even batch is the single pass's, or its sequences before tail_first (before the wait:
@@ -1000,7 +1021,8 @@ def _combine_kernel(
             return
     offs_d = d0 + tl.arange(0, BLOCK_DC)
 
-    # the online softmax again, over the chunks' LSEs (natural log): running max, sum and weighted output
+    # the online softmax again, over the chunks' LSEs (natural log): running max, sum and weighted output; m_i and l_i
+    # start as 0-d fp32 tensors (reductions of a tile), which a Python float would not be in the loop below
     m_i = tl.max(tl.full([BLOCK_S], float("-inf"), tl.float32), axis=0)
     l_i = tl.sum(tl.zeros([BLOCK_S], tl.float32), axis=0)
     acc = tl.zeros([BLOCK_DC], tl.float32)
@@ -1704,7 +1726,8 @@ def decode_splitk(
         )  # fmt: skip
     # natural-scale logits when softcap or ALiBi act on them; the kernel goes to log2 units afterwards
     natural = features.softcap is not None or features.alibi_slopes is not None
-    # planned grids have at most B + 8 * SMs / Hkv chunk slots, within grid dim 1's 65535; fixed ones may not
+    # planned grids have at most B + TAIL_EXTRA_PROGRAMS_PER_SM * SMs / Hkv chunk slots (``grid_chunks``), within
+    # grid dim 1's 65535; fixed ones (B * S) may not
     heads_first = tile in PARTIAL_HEADS_FIRST and (FIXED_HEADS_FIRST or not fixed)
     grid = (num_kv_heads * head_blocks, chunks) if heads_first else (chunks, num_kv_heads * head_blocks)
     launch(
