@@ -515,8 +515,8 @@ PLAIN = Features()
 
 @triton.jit
 def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD_DIM: tl.constexpr):
-    """Load query rows (token row_tok, head row_head) of one sequence as a [BLOCK_H, BLOCK_D] tile (Q at the
-    sequence)."""
+    """The [BLOCK_H, BLOCK_D] tile of query rows (token row_tok, head row_head) of one sequence: Q already points at
+    the sequence, padding rows (mask_h False) and columns past HEAD_DIM load as 0."""
     mask = mask_h[:, None] & (offs_d[None, :] < HEAD_DIM)
     ptrs = Q + row_tok[:, None].to(tl.int64) * stride_qt + row_head[:, None].to(tl.int64) * stride_qh + offs_d[None, :]
     return tl.load(ptrs, mask=mask, other=0.0)

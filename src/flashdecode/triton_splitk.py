@@ -668,17 +668,21 @@ def merge_if_last(
     WRITE_LSE: tl.constexpr, HAS_SINKS: tl.constexpr, Q_LEN: tl.constexpr, FUSED_MAX: tl.constexpr,
     UNROLL: tl.constexpr, NUM_SPLITS: tl.constexpr = 0, RESET: tl.constexpr = False,
 ):  # fmt: skip
-    """The fused combine (planned mode, or fixed mode with NUM_SPLITS > 0 and the plan's counters): after a chunk
-    program has stored its partial rows, the last of its sequence's chunk programs (for this KV head and head block)
-    to arrive merges all of them into OUT / LSE, if the sequence has at most FUSED_MAX chunks (longer ones are left to
-    _combine_kernel); its chunks are ids first..first + count - 1. Publishing: every thread's stores, a CTA barrier,
-    then one acq_rel atomic increment at GPU scope of the (sequence, head block) counter (``slot``: sequence * Hkv *
-    head blocks + KV head * head blocks + head block), which the planner or ``_zero_counters_kernel`` zeroed (planned
-    mode) or the previous call's merger reset (fixed mode, host tables); the program that
-    finds count - 1 earlier arrivals has acquired every partial and reads them from L2 (.cg), in chunk order, UNROLL
-    chunks per step, or all at once for at most MERGE_UNROLL_ALL fixed splits (the result does not depend on the
-    arrival order). RESET (a host table's counters, which no planner zeroes): the merger resets its counter, as in
-    fixed mode."""
+    """The fused combine: after a chunk program has stored its partial rows, the last of its sequence's chunk programs
+    (for this KV head and head block) to arrive merges chunks first .. first + count - 1 into OUT / LSE, if there are
+    at most FUSED_MAX of them (longer sequences are left to ``_combine_kernel``). Planned mode, or fixed mode with
+    NUM_SPLITS > 0 and the plan's counters.
+
+    * Arrival: every thread's stores, a CTA barrier, then one acq_rel atomic increment at GPU scope of the counter
+      COUNTERS[slot] of (sequence, KV head, head block): slot = sequence * Hkv * head blocks + KV head * head
+      blocks + head block (a counter index, not a grid slot). The program that finds count - 1 earlier arrivals has
+      acquired every partial.
+    * Merge: it reads them from L2 (.cg), in chunk order, UNROLL chunks per step, or all at once for at most
+      MERGE_UNROLL_ALL fixed splits, so the result does not depend on the arrival order.
+    * Reset: the planner or ``_zero_counters_kernel`` zeroes the counters before a planned call; in fixed mode and
+      for a host table's counters (RESET), which no kernel zeroes, the merger resets its own counter for the next
+      call.
+    """
     if count <= FUSED_MAX:
         tl.debug_barrier()
         arrived = tl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
