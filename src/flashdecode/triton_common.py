@@ -262,15 +262,8 @@ MAX_TILE_ROWS_X_D = 64 * 128
 # times both on such rows. Every measured bf16 configuration (BLOCK_H x BLOCK_D <= 32 x 128) keeps 4 warps
 WIDE_TILE = 32 * 128
 # GQA groups of 4-16 (one 16-row tl.dot tile), head_dim <= 128, 16-bit cache: 32-token tiles, 3 stages and the page
-# ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers and 38 KB a program; 86 registers and 5
-# programs per SM with the 32-bit address arithmetic (112 and 4 before, sm_90 compile). H200
-# (scripts/pipeline_probe.py, graph µs, against 64-token tiles at 3 stages, one K/V buffer): single pass 8 x 128 28/4
-# 6.2 -> 5.7, 1 x 128 28/4 5.0 -> 4.9, 256 x 256 12/2 21.3 -> 20.9, 64 x 4096 32/8 245.1 -> 242.7; split-K 1 x 2048
-# 28/4 9.4 -> 8.5, 8 x 2048 28/4 17.8 -> 17.3. Split-K batches with long chunks (the fused merge's) lost then
-# (256 x 256 12/2 23.2 -> 24.9); capped at 4 programs per SM they gain (launcher.cap_programs_per_sm). An fp8
-# cache's split-K calls took it too until FP8_SPLIT_TILE (below) replaced it there (pipeline_probe fp8 at d6cf225,
-# fp16 products: 1 x 65536 12/2 e4m3 21.9 against 27.6 for 64 tokens without the prefetch and 26.1 for
-# FP8_LONG_TILE). None: off
+# ids one tile ahead (attend_range's PREFETCH_PAGES): two K/V buffers, 38 KB and 86 registers a program, 5 programs
+# per SM. None: off (docs/design.md, "What each optimisation bought")
 PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
 # ...and an fp8 cache's single pass and long split-K chunks (the fused merge's) 128-token tiles at 3 stages with the
 # prefetch (96 KB): a 1-byte token row makes short tiles all overhead. pipeline_probe fp8 at d6cf225, single pass
@@ -283,10 +276,8 @@ FP8_LONG_TILE = dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True)
 # uncapped
 FP8_LONG_PROGRAMS_PER_SM = 2
 # ...but a single pass of more than 2 and at most FP8_LONG_ONE_WAVE programs per SM runs as one wave of that many
-# where the registers let them fit (token-major V; head-dim-major V still fits 2). H200, e4m3 32/8 x 4096 single
-# pass, token-major V, capped at 2 -> 3 (scripts/vt_probe.py wave, sweeps/token-major-v-cap): 40 sequences (320
-# programs) 174.9 -> 121.9 µs at page 16 (head-dim-major 133.2), 116.6 -> 92.8 at page 64; 48: 178.3 -> 129.4
-# (146.1), 119.9 -> 100.8; 64 (1.29 waves of 3): 188.5 -> 226.8, so not above one wave
+# where the registers let them fit (token-major V; head-dim-major V still fits 2); not above one wave, where it lost
+# (docs/design.md, "Programs per SM")
 FP8_LONG_ONE_WAVE = 3
 # ...and an fp8 cache's split-K calls whose chunks may be short (all but the fused merge's): 64-token tiles with the
 # prefetch, capped at 128 registers (ptxas .maxnreg) so more programs fit an SM. pipeline_probe fp8reg at 7d8c95d:
@@ -294,23 +285,13 @@ FP8_LONG_ONE_WAVE = 3
 # (FP8_LONG_TILE 26.0). The cap does not pay at 128 tokens (198 registers: 168 -> 314.7 us on the single pass)
 FP8_SPLIT_TILE = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True, maxnreg=128)
 # ...and a single pass whose programs each have an SM to themselves (programs <= #SMs) takes 128-token tiles at 3
-# stages (192 KB in a 16-bit cache: one program per SM, two tiles of loads in flight behind the one being used):
-# occupancy no longer matters, bytes in flight do. H200 (scripts/single_tile_probe.py at 3d020a5, graph µs, best of
-# two, 64-token tiles at 3 stages -> these): 64 x 1024 12/2 21.5 -> 20.2, 64 x 512 12/2 12.6 -> 11.7, 32 x 1024 28/4
-# 21.3 -> 19.7, 16 x 1024 32/8 21.2 -> 19.5, 16 x 2048 32/8 38.2 -> 34.4, 8 x 128 28/4 4.5 -> 4.1, 1 x 128 28/4 3.9
-# -> 3.5; 64 tokens at 4 or 5 stages, 8 warps, 128 tokens at 2 stages and 32 at 6 were each slower on some of those
-# rows (docs/design.md). (The 64-token tile had beaten the 32-token one there: 8 x 128 28/4 5.7 -> 5.5 µs.) An 8-bit
-# cache and head dim 256 (whose 128-token tile would not fit) keep PREFETCH_ONE_WAVE_TILE_64 (8-bit: not measured
-# with the larger tile)
+# stages (192 KB in a 16-bit cache): bytes in flight matter there, not occupancy. An 8-bit cache and head dim 256
+# keep PREFETCH_ONE_WAVE_TILE_64 (docs/design.md, "Bytes in flight")
 PREFETCH_ONE_WAVE_TILE = dict(BLOCK_N=128, num_stages=3, PREFETCH_PAGES=True)
 PREFETCH_ONE_WAVE_TILE_64 = dict(BLOCK_N=64, num_stages=3, PREFETCH_PAGES=True)
-# With attend_range's 32-bit address arithmetic PREFETCH_TILE takes 86 registers (112 before; sm_90 compile), so
-# PREFETCH_TILE_PER_SM programs fit an SM instead of 4, and the waves of a long single-pass grid changed: 1024
-# programs are 1.55 waves of 5 against 1.94 of 4. A 4th stage (a third K/V buffer, 54 KB) holds 4 per SM again; the
-# single pass takes it for more than one wave of 5. H200, scripts/pipeline_probe.py addr (graph µs, 3 stages -> 4):
-# 128 x 8192 32/8 1110.5 -> 956.0 (953.6 before the change), 128 x 4096 548.3 -> 481.7; but one wave of 5 keeps 3
-# stages: 80 x 4096 32/8 297.7 against 379.1. (The planned split-K partials keep 3 stages and are capped at the
-# planner's programs per SM instead: launcher.cap_programs_per_sm.)
+# with attend_range's 32-bit address arithmetic PREFETCH_TILE takes 86 registers, so this many programs fit an SM (4
+# before); a 4th stage (PREFETCH_DEEP_TILE, 54 KB) holds 4 again, which the single pass takes beyond one wave of 5
+# (docs/design.md, "Address arithmetic in the main loop")
 PREFETCH_TILE_PER_SM = 5
 PREFETCH_DEEP_TILE = dict(BLOCK_N=32, num_stages=4, PREFETCH_PAGES=True)
 # with the page-id prefetch, the first tile's page ids issue before the lengths arrive (attend_range's EARLY_PAGES):
@@ -319,11 +300,7 @@ PREFETCH_DEEP_TILE = dict(BLOCK_N=32, num_stages=4, PREFETCH_PAGES=True)
 # then launcher.clear()): after the lengths, as before
 EARLY_PAGES = env_flag("FLASHDECODE_EARLY_PAGES", True)
 # GQA groups of 4-16, one query token, 16-bit cache, head dims other than 128: a deeper tile without the page-id
-# prefetch. H200, 64 x 4096 32/8 (scripts/pipeline_probe.py dims, graph µs, single pass / planned split / 1 x 8192):
-# head_dim 64: 128 tokens, 2 stages 127.0 / 129.4 / 12.3 against the 64-token, 3-stage tile's 144.5 / 189.5 / 12.4
-# (with the prefetch 124.7 / 145.7 / 11.5); head_dim 256: 64 tokens, 8 warps, 2 stages 512.2 / 535.3 / 28.6 against
-# 32 tokens, 4 warps, 3 stages 653.5 / 648.5 / 30.2 (64 tokens, 8 warps, 3 stages with the prefetch: 503.6 / 529.4 /
-# 35.6). {BLOCK_D: overrides}; an empty dict: off
+# prefetch. {BLOCK_D: overrides}; an empty dict: off (docs/design.md, "What each optimisation bought")
 HEAD_DIM_TILES = {64: dict(BLOCK_N=128, num_stages=2), 256: dict(BLOCK_N=64, num_stages=2, num_warps=8)}
 # ...and the single pass at head_dim 256 a third stage with the page ids one tile ahead (192 KB, one program per SM):
 # 64 x 4096 32/8 512.2 -> 503.6 (ed7a875) and 512.3 -> 502.5 (dba0677); the split-K rows lose with it (1 x 8192 32/8
@@ -522,16 +499,9 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
     return tl.load(ptrs, mask=mask, other=0.0)
 
 
-# attend_range keeps the softmax's row sums as a [BLOCK_H, BLOCK_N] tile of per-token running sums and reduces it
-# once after its walk, instead of a row sum per tile: with the tile's tokens spread over the warps, each row sum is a
-# reduction across warps (sm_90 PTX, 32-token tile: the loop's barriers 9 -> 6). Only in the 16-bit page-prefetch
-# tiles of 32 and 128 tokens (defer_row_sum): the 32-token one (4-5 programs per SM) keeps its registers (88 -> 86),
-# and the 128-token ones run one program per SM (122 -> 148). Elsewhere the extra registers cost programs per SM:
-# the 64-token split tile 128 -> 150 (tests/test_compile_sm90.py), the planned MHA split tile 155 -> 196 (3 programs
-# per SM -> 2), and `auto` went 12.5–14% slower on the split 12/12 rows (h200-2026-11-28/defer-sum-e2976de: 16 x 4096
-# 12/12 99.0 -> 113.1 µs). H200, the anchor grid, off -> on as kept (defer-sum-c005839): the plan 0.994x, `auto`
-# 0.993x, no row more than 0.3% slower; 8 x 2048 28/4 12.7 -> 12.4 µs, 16 x 4096 12/2 21.3 -> 21.0.
-# FLASHDECODE_DEFER_SUM=0: a row sum per tile everywhere
+# attend_range keeps the softmax's row sums as a [BLOCK_H, BLOCK_N] tile of per-token running sums, reduced once
+# after its walk, in the 16-bit page-prefetch tiles of 32 and 128 tokens only (defer_row_sum; elsewhere the registers
+# cost programs per SM). FLASHDECODE_DEFER_SUM=0: a row sum per tile (docs/design.md, "The row sum, once")
 DEFER_ROW_SUM = tl.constexpr(env_flag("FLASHDECODE_DEFER_SUM", True))
 
 

@@ -47,10 +47,8 @@ from .triton_common import (
 __all__ = ["decode_single"]
 
 # longest-first dispatch (``decode_single(longest_first=True)``) for batches of at most this many sequences: each
-# program tests the lengths (a [batch] tile) before its first page-id load and sorts them when they are uneven. H200
-# (scripts/order_probe.py at af57384, `auto`, graph µs, batch order -> longest first): 128 x 1024..8192 32/8 663.3 ->
-# 574.8, 264 x 1000..8000 28/4 642.6 -> 557.4, 512 x 500..3000 32/8 828.9 -> 805.7; even batches 0.2-2.4 µs slower,
-# 512 x 512 32/8 3.9 (docs/design.md, "Longest first"). 0: never
+# program tests the lengths (a [batch] tile) before its first page-id load and sorts them when they are uneven; even
+# batches pay a little. 0: never (docs/design.md, "Longest first")
 LONGEST_FIRST_MAX_BATCH = 512
 
 

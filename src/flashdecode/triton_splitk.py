@@ -104,43 +104,20 @@ __all__ = [
 # planner cost model (see _chunk_layout): an SM needs this many programs to reach its share of the bandwidth (the
 # default, and the scale of the grid and of the merge rule; the planner's own target comes from PLANNER_SATURATION)...
 SATURATION_PER_SM = 4
-# ...by partial tile (split_config). H200, fixed splits at 5c9ac48 (scripts/perf_probe.py, graph µs):
-# "mha": the 128-token, 2-stage tile of groups < 4, of which 3 fit an SM: 12/12 rows with 384 programs 97.5-98.3, with
-#   768 (the old target's pick) 100.5-103.2;
-# "small_group": SMALL_GROUP_SPLIT_TILE: 1 x 8192 32/32 with 512 programs 38.6, 256: 47.6; 1 x 32768: 128.3, 165.2;
-# "grouped": groups >= 4: fixed splits did as well with 256 programs as with 512 (8 x 2048 28/4 14.7 and 14.8;
-#   16 x 4096 12/2 23.9 and 23.6; 64 x 1024 12/2 23.2 and 24.7), but the planned path with a target of 2 lost
-#   (4345621: 8 x 2048 28/4 17.9 -> 21.5, 64 x 1024 12/2 25.6 -> 32.2, 16 x 4096 12/2 27.1 -> 30.2): 4 kept.
-# "deep": head dims above 128, whose 64-token x 256-column tiles at 2 stages take 128 KB of shared memory: one
-#   program per SM at a time. Probe aaf3616 (32/8 heads, D 256; targets 4 / 2 / 1): 1 x 32768 79.4 / 76.3 / 120.9,
-#   8 x 4096 82.0 / 78.3 / 120.3, 16 x 4096 149.3 / 148.1 / 233.5, 1 x 8192 28.1 / 27.1 / 37.4 (one resident program
-#   does not stream alone); and with 2 the batches of >= 2 programs per SM go to the single pass (auto), which took
-#   64 x 4096 520.0 against 542.6 planned
-# None: SATURATION_PER_SM for every tile (measurements)
-# "fp8_long": an fp8 cache's FP8_LONG_TILE (128 tokens, 199 registers: 2 programs per SM), in the fused merge's calls
-#   and plan_decode's (plan.FP8_LONG_MIN_TOKENS). pipeline_probe fp8p at 3467794 (planned, targets 4 / 2 / 3):
-#   1 x 131072 32/8 e4m3 91.9 / 87.7 / 100.3 us, 4 x 16384 32/8 52.8 / 48.7 / 60.4, 1 x 65536 12/2 22.3 / 19.0 /
-#   19.1; the fused merge's rows (fp8_plan_probe at 26cef0b, auto, targets 2 / 4): 64 x 1024 12/2 18.0 / 23.1,
-#   ragged 1 x 131072 + 63 x 1024 32/8 135.9 / 140.3
-# "mha_long": MHA_LONG_TILE, 3 programs per SM as "mha" (the cut is the "mha" tile's)
-# "grouped_long", "grouped_mid": GROUPED_LONG_TILE, GROUPED_MID_TILE, one and two programs per SM (their shared memory
-# allows no more)
+# ...by partial tile class (split_config): at most what fits an SM ("deep": head dims above 128; "fp8_long": an fp8
+# cache's FP8_LONG_TILE; the long tiles MHA_LONG_TILE 3, GROUPED_LONG_TILE 1, GROUPED_MID_TILE 2), as measured.
+# None: SATURATION_PER_SM for every tile (docs/design.md, "Why these choices")
 PLANNER_SATURATION = dict(mha=3, small_group=4, grouped=4, deep=2, fp8_long=2, mha_long=3, grouped_long=1,
                           grouped_mid=2)
-# ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read).
-# H200, perf_probe overhead at 44b5525 (auto, graph µs, 32 -> 64 / 128 / 256): 112 x 512 12/2 28.1 -> 24.2 (two
-# 256-token chunks a sequence instead of four of 128), every other planned row of the probe (the anchor grid's, the
-# ragged one, six more) keeps its cut and time at 64 and 128; at 256 8 x 2048 28/4 got 8 chunks a sequence,
-# 17.3 -> 18.3
+# ...and each program costs this many tokens' worth of time beyond its tokens (setup, partial write, combine read);
+# 64, not 32: fewer, longer chunks where they pay (docs/design.md, "Why these choices")
 CHUNK_OVERHEAD_TOKENS = 64
 # chunk slots in the grid beyond one per sequence, in programs per SM (the planner never uses more). Fewer (6, 5, 4 or
 # the tile's target) were measured and not kept: probe 1294503, docs/design.md
 EXTRA_PROGRAMS_PER_SM = 2 * SATURATION_PER_SM
 # ...and in a dual-path call under the tail gate (single_pass_tail), whose planned path takes batches of more than a
-# wave of long sequences: room for the planner to cut them finer. H200, perf_probe slots at 7879ea2 (auto, graph µs,
-# 8 -> 12 / 16 for every planned call): 34 x 4096 12/12 241.3 -> 223.0 / 225.8, 36 x 16384 12/12 965.6 -> 857.4 /
-# 859.0, 80 x 4096 32/8 347.4 -> 347.8 / 325.1, 76 x 2048 32/8 178.3 -> 178.2 / 169.2; but 8 x 2048 28/4 (planned in
-# place) 17.3 -> 18.4 / 19.6, hence only there
+# wave of long sequences: room for the planner to cut them finer; only there, since the in-place rows lose with it
+# (docs/design.md, "Single-pass tails")
 TAIL_EXTRA_PROGRAMS_PER_SM = 4 * SATURATION_PER_SM
 # the planner keeps every length in registers ([64 slots x B] tiles); above this batch the single-pass grid is full
 MAX_PLANNED_BATCH = 512
@@ -161,10 +138,8 @@ COMBINE_BLOCK_S = 64
 # chunks in one block of this many (0: off)
 COMBINE_INLINE_SMALL_S = 16
 # planned calls with the fused merge launch the combine for the sequences of more than FUSED_MAX_CHUNKS chunks only:
-# one program per row for each sequence that can have that many (max_chunks // (FUSED_MAX_CHUNKS + 1)), not per
-# sequence, so that a call whose sequences all merged in place has few idle combine programs (launch_combine's
-# long_only; after an in-place plan the k-th program finds the k-th such sequence in its own cut: H200, variant_probe
-# inlinelong at 337168d, 16 x 512 32/8 T131072 15.8 -> 15.3 us, 14 other rows within 0.1). False: one per sequence
+# one program per row for each sequence that can have that many, not per sequence, so that few combine programs idle
+# (launch_combine's long_only). False: one per sequence (docs/design.md, "Which one")
 COMBINE_LONG_ONLY = True
 # the combine splits the head dim over this many programs
 COMBINE_D_BLOCKS = 1
@@ -173,20 +148,12 @@ COMBINE_D_BLOCKS = 1
 # H200, 12/2 rows: 1 x 65536 32.3 -> 27.8 us, 1 x 131072 49.3 -> 43.9 us; other rows unchanged (None: off)
 COMBINE_WIDE = (256, 4)
 # a COMBINE_WIDE tile [BLOCK_S, BLOCK_DC] of at most this many elements (fixed splits: BLOCK_S = S) is merged by one
-# warp, not four: Triton lays four warps along the chunk axis, so every reduction over the chunks (the LSEs' max, the
-# weights' sum, the weighted rows' sum) crosses warps through shared memory, 14-16 barriers at BLOCK_S >= 64 (ptx of
-# [64, 32]: 14, of [32, 32]: 2); one warp needs none (ptxas: 110 registers at [64, 32], 168 at [128, 32], no spills;
-# [256, 32] spills). H200, variant_probe combinewarps at 13694ac: 1 x 2048 28/4 6.7 -> 5.9 us, 1 x 8192 12/2 8.2 ->
-# 7.2, 1 x 65536 12/2 22.3 -> 22.1 (docs/design.md). The other shape's [BLOCK_S, 128] tiles need no warp of their
-# own: four warps span the 128 columns (ptx of [8..32, 128]: no barrier). 0: off
+# warp, not four: its reductions over the chunks then cross no warps (no barriers). 0: off
+# (docs/design.md, "One warp for the wide shape's small tiles")
 COMBINE_ONE_WARP_MAX = 4096
 # partial tile for groups < 4 in split-K when a token row (Hkv * D * itemsize bytes) is a power of two; None: off.
-# H200, one 32k sequence, group 1: Hkv 8 / 16 / 32: 47.8 -> 42.4, 86.3 -> 72.8, 162.3 -> 134.4 us, but Hkv 12 / 24:
-# 61.1 -> 66.0, 105.4 -> 119.4 us (docs/design.md; the mechanism is not established, so the rule is the measurement;
-# with the planned partials capped at 4 per SM still 4-5% slower, sweeps/sg12-235fde1). Two stages, not three: the
-# plan's fixed splits, H200 (scripts/fused_fixed_probe.py --tile 64,2 at d92191e, h200-2026-11-28/sg-stages-d92191e)
-# faster on 17 of 19 rows of groups 1-2, 1 x 2048 32/32 14.2 -> 12.7 us, 1 x 16384 32/32 69.2 -> 67.1, 1 x 8192
-# 16/16 22.3 -> 21.1, 1 x 131072 32/32 504.1 -> 503.0; 1 x 8192 32/32 37.0 -> 37.2 and 38.1 -> 36.9
+# The rule is the measurement (other token rows lost, the mechanism is not established); two stages, not three
+# (docs/design.md, "What each optimisation bought")
 SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=2)
 # ...and the other groups < 4 (the "mha" tile class: 128 tokens, 2 stages) one stage deeper, for plan_decode's fixed
 # splits of long MHA rows (tile class "mha_long"; the rule and what it bought: plan.MHA_LONG_MIN_TOKENS): the same
@@ -194,20 +161,12 @@ SMALL_GROUP_SPLIT_TILE = dict(BLOCK_N=64, num_stages=2)
 # None: off
 MHA_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
 # ...but one query row a KV head at head dim 128 (MHA, one token) takes the grouped prefetching tile instead (32 tokens,
-# 3 stages, the page ids a tile ahead: 63 registers, 19 KB of shared memory on sm_90), still 3 programs per SM, from
-# plan.MHA_PREFETCH_MIN_TOKENS. H200 (scripts/mha_plan_probe.py --tile 32,3,p at ecf4311, A B A B through the plan):
-# 1.4-3.6% faster on all 19 bf16/fp16 rows it takes, the anchor grid's 16 x 4096 / 4 x 16384 / 1 x 65536 12/12 95.2 /
-# 96.3 / 95.1 -> 92.6 / 93.4 / 92.7 µs, 1 x 131072 12/12 183.9 -> 181.0 (over MHA_LONG_TILE); head dim 64 lost
-# (1 x 131072 12/12 99.9 -> 114.3), so it keeps MHA_LONG_TILE. Found from the ceiling: the page-gather read of these
-# rows with no math takes 93.5 µs, the two products without the softmax 93.1-93.6 with 32- or 64-token tiles and
-# 95.6-96.0 with 128 (ceiling_probe mha, mha_regs_probe), the decode's 64-token tile without the prefetch 98.4-99.9;
-# why the prefetch closes most of the gap was not established. None: off
+# 3 stages, the page ids a tile ahead), still 3 programs per SM, from plan.MHA_PREFETCH_MIN_TOKENS; head dim 64 lost
+# with it and keeps MHA_LONG_TILE. None: off (docs/design.md, "What each optimisation bought")
 MHA_PREFETCH_TILE = dict(BLOCK_N=32, num_stages=3, PREFETCH_PAGES=True)
-# ...and the grouped prefetching tile (PREFETCH_TILE: 32 tokens, 3 stages, 4-5 programs per SM) 128 tokens at 3 stages
-# (192 KB: one program per SM, as the single pass's PREFETCH_ONE_WAVE_TILE), for plan_decode's fixed splits of one
-# program per SM merged in the last split program (tile class "grouped_long"; the rule and what it bought:
-# plan.GROUPED_LONG_MIN_TOKENS); and 64 tokens at 3 stages (96 KB: two programs per SM) for its fixed splits of about
-# two programs per SM merged by the combine launch ("grouped_mid", plan.GROUPED_MID_MIN_FILL). None: off
+# ...and plan_decode's grouped fixed splits take 128 tokens at 3 stages (192 KB, one program per SM, merged in the last
+# split program: "grouped_long", plan.GROUPED_LONG_MIN_TOKENS) or 64 at 3 (96 KB, two per SM, merged by the combine:
+# "grouped_mid", plan.GROUPED_MID_MIN_FILL). None: off (docs/design.md, "Bytes in flight")
 GROUPED_LONG_TILE = dict(BLOCK_N=128, num_stages=3)
 GROUPED_MID_TILE = dict(BLOCK_N=64, num_stages=3)
 # planned mode with B * q_len * Hq >= #SMs: a sequence of at most FUSED_MAX_CHUNKS chunks is merged by its last chunk
@@ -222,30 +181,16 @@ FUSED_MAX_CHUNKS = 64
 # 40.6 -> 35.6; but 16 x 1024 32/8 (4 chunks each) 26.6 -> 31.3
 FUSED_EXPECTED_CHUNKS = 8
 # fixed splits (plan_decode's, with the plan's counters: decode_splitk(counters=...)) merge in the last split program
-# too when a sequence has at most this many splits and B * q_len * Hq >= #SMs. H200 (scripts/fused_fixed_probe.py at
-# 771d819, fixed + combine launch -> merged in the last program, same S): 64 x 1024 12/2 S 4 24.7 -> 23.1 us,
-# 24 x 1024 28/4 S 4 20.0 -> 18.4, 16 x 4096 12/12 S 2 98.7 -> 97.7; with more splits or fewer pairs the serial merge
-# loses (1 x 2048 28/4 S 64 7.1 -> 15.7, 1 x 65536 12/12 S 32 97.4 -> 100.4). S 8 lost on 9 of the 10 rows of
-# sweeps/fixed-splits-0c8e972 (at 0c8e972; S 4 merges in one unrolled step since c2f732e): 8 x 2048 28/4 13.6 -> 14.5,
-# 16 x 4096 12/2 22.5 -> 23.7, 8 x 4096 28/4 22.9 -> 23.7, 4 x 4096 32/8 22.6 -> 23.4, 8 x 1024 28/4 9.9 -> 10.4,
-# 12 x 2048 12/2 12.5 -> 12.7, 16 x 2048 28/4 23.9 -> 24.0 (was 8 until then)
+# too when a sequence has at most this many splits and B * q_len * Hq >= #SMs: with more splits or fewer pairs the
+# serial merge loses to the combine launch (docs/design.md, "Fixed splits merged in the last split program")
 FIXED_MERGE_MAX_SPLITS = 4
 # ...and fixed splits of the "mha" tile class (groups < 4 whose token row is not a power of two: 12/12, 40/40) merge
-# there whatever the number of (sequence, row) pairs: a last program merges at most 3 rows. H200 (scripts/
-# gpu_fused_rows.sh mha at a048844, the plan's S with the combine launch -> merged in the last split program, two runs):
-# 6 x 8192 12/12 S 4 76.0 -> 74.9 and 75.9 -> 74.7 us, 8 x 8192 12/12 96.7 -> 95.3 and 96.6 -> 95.5, 2 x 8192 40/40
-# 81.8 -> 80.8 and 81.7 -> 80.6; at S 8 a tie (4 x 16384 12/12 96.0 -> 95.9, 3 x 8192 40/40 122.5 -> 122.4), so
-# FIXED_MERGE_MAX_SPLITS stays. The small-group tile (power-of-two token rows) lost: 4 x 8192 32/32 S 4 123.8 -> 124.6,
-# 2 x 8192 32/32 S 8 65.2 -> 66.4, 8 x 8192 8/8 S 8 65.6 -> 66.6. False: the pairs rule for every tile class
+# there whatever the number of (sequence, row) pairs: a last program merges at most 3 rows. False: the pairs rule for
+# every tile class (the small-group tile lost with it; docs/design.md, "What each optimisation bought")
 FIXED_MERGE_MHA_ANY_PAIRS = True
 # plan_decode's fixed splits of PREFETCH_TILE (32 tokens, groups of 4-16 at head dim 128) take at least this many tiles
-# each: a planned cut into shorter chunks is halved while B * Hkv * head blocks * S/2 still gives every SM a program.
-# The planner's cut (its wave floor) prices a half-full SM as a full one; fixed splits, with no per-program plan, pay
-# less for fewer, longer programs. H200 (sweeps/fixed-splits-0c8e972, graph us, the cut's S -> S/2, 64-token splits):
-# 4 x 4096 12/2 10.8 -> 9.3, 1 x 4096 32/8 10.7 -> 9.2, 8 x 1024 28/4 10.7 -> 9.9, 4 x 2048 28/4 10.2 -> 9.6,
-# 1 x 16384 12/2 10.5 -> 9.9, 1 x 8192 28/4 10.3 -> 10.3; below a program per SM it lost as often as it won
-# (1 x 4096 12/2 6.1 -> 7.0, 2 x 2048 28/4 7.2 -> 7.3, but 1 x 2048 28/4 6.4 -> 5.7, 2 x 4096 12/2 8.2 -> 7.6), and
-# at 128-token splits too (12 x 2048 12/2 11.8 -> 12.5, 8 x 2048 28/4 14.2 -> 13.6). 0: the cut's S
+# each: a cut into shorter chunks is halved while B * Hkv * head blocks * S/2 still gives every SM a program (the
+# cut prices a half-full SM as a full one). 0: the cut's S (docs/design.md, "Short fixed splits lengthened")
 FIXED_MIN_SPLIT_TILES = 4
 # planned calls of at most this many sequences that do not fuse the merge compute the cut inside the partial and
 # combine programs (``inline_chunk``) instead of launching the planner; 0: always the planner (measurements)
@@ -262,37 +207,17 @@ MERGE_UNROLL = 2
 # us, but S 8 26.1 -> 27.0-27.3 (there ptxas interleaves the loads with the math), S 16 25.3 -> 24.0 (not merged in
 # the partial: the combine launch takes 22.8)
 MERGE_UNROLL_ALL = tl.constexpr(4)
-# tile classes (split_config) whose planned partial grid is (Hkv * head blocks, chunk slots): the KV heads of one chunk
-# are dispatched together, as in the single pass, and unused slots come last; the others (chunk slots, heads). H200,
-# perf_probe at 5c9ac48 and 4345621: grouped rows 1 x 2048 28/4 8.6 -> 7.8 and 8.1 -> 7.5 us, ragged 32/8 200.8 ->
-# 199.4 and 204.6 -> 202.6, the other grouped rows within 0.4; but the mha rows at 384 programs 100.7 -> 102.5
-# (16 x 4096 12/12), 101.6 -> 102.3 (4 x 16384). "deep" (head dims above 128) keeps the order its groups >= 4 had
-# as "grouped"
+# tile classes (split_config) whose planned partial grid is (Hkv * head blocks, chunk slots): a chunk's KV heads are
+# dispatched together, as in the single pass, and unused slots come last; the others, whose MHA rows lost with it,
+# (chunk slots, heads). "deep" keeps the order of its groups >= 4 (docs/design.md, "How splits are chosen")
 PARTIAL_HEADS_FIRST = ("grouped", "deep", "fp8_long")
 # the cut's cost in waves of R resident programs (R = the planner's target), {R: programs that saturate an SM}: a
-# partial last wave of fewer runs below the SM's bandwidth (``_chunk_layout``). H200, perf_probe waves at 0d82072,
-# planned graph µs, rule -> {4: 3}: 40 x 2048 32/8 110.0 -> 98.0, 192 x 512 12/2 40.4 -> 34.3, 32 x 2048..5876 32/8
-# 147.3 -> 138.3, 64 x 2560..3056 32/8 211.3 -> 180.6; 192 x 300..792 12/2 41.2 -> 42.3, 64 x 1024 12/2 26.2-26.7 ->
-# 27.0, other rows within noise. None: the model without waves
+# partial last wave of fewer runs below the SM's bandwidth (``_chunk_layout``). None: the model without waves
+# (docs/design.md, "Why these choices")
 WAVE_SATURATION = {4: 3, 3: 3, 2: 2}
-# a single pass of k >= 1 full waves of R programs per SM and a last one filled to at most W - 1
-# (``single_pass_tail``) ends on a wave of a few programs, each as slow alone as in a full wave: a dual-path call
-# there runs it alone only for an even batch of mean length < TAIL_LONG_TOKENS (even_batch's LONG_MEAN), splits an
-# even long batch (TAIL_SPLIT, below) and plans an uneven one. Before the split (k = 1 only), H200, perf_probe cliff and
-# cliff2 at 01ce1e5 (graph µs, single pass / planned; waves of R * #SMs programs): 34 x 4096 12/12 (1.03) 274.5 /
-# 245.6, 45 x 4096 12/12 (1.36) 307.0 / 273.8, 50 x 4096 12/12 (1.52) 320.1 / 328.1, 80 x 4096 32/8 (1.21) 419.4 /
-# 348.9, 88 x 4096 32/8 (1.33) 422.4 / 364.6, 100 x 4096 32/8 (1.52) 431.8 / 443.9, 36 x 16384 12/12 (1.09) 1136.5
-# / 984.5, 34 x 1024 12/12 (1.03) 70.8 / 69.8, 34 x 512 12/12 37.6 / 40.1, 280 x 256 12/2 (1.06) 27.6 / 34.4; at two
-# waves and more the planned path does not win (136 x 4096 32/8 596.9 / 626.3, 68 x 1024 12/12 117.6 / 120.2)
-# perf_probe gate2 at bc038b0 (single / planned): 13 x 4096 32/32 (1.05 waves of 3 per SM) 276.5 / 231.5, 16 x 4096
-# (1.29) 299.9 / 252.4, 17 x 4096 (1.37) 308.6 / 322.4 (the planned cut has a tail of its own there), 26 x 2048 16/16
-# 138.0 / 121.3, 13 x 1024 32/32 71.8 / 66.7; head dim 256 (2 per SM) 34 x 4096 32/8 386.7 / 320.7, 40 x 4096 (1.21)
-# 386.8 / 349.4. With the split, perf_probe split at c37f794 (graph µs, `auto` with W 1.4 -> 1.7; last wave's fill):
-# 50 x 4096 12/12 (0.52) 313.5 -> 309.8, 80 x 4096 12/12 (0.42) 481.1 -> 463.6, 100 x 4096 32/8 (0.52) 425.5 ->
-# 407.5, 160 x 4096 32/8 (0.42) 643.5 -> 620.2, but 53 x 4096 12/12 (0.61) 322.2 -> 325.1; and at shorter lengths
-# (perf_probe scan at 8a3f5eb, W 1.55, auto / single pass) 400 x 1024 12/2 (0.52) 124.5 / 113.8, 368 x 1024 12/2
-# (0.39) 110.3 / 111.8: TAIL_FULLER below. {split_config's tile class: (single-pass programs per SM R, waves W)}; the
-# "small_group" class is the split tile's: its single pass runs the MHA tile
+# a single pass of k >= 1 full waves of R programs per SM and a last one filled to at most W - 1 (``single_pass_tail``)
+# ends on a few lone programs: a dual-path call runs it alone only for an even batch of mean length < TAIL_LONG_TOKENS.
+# {tile class: (R, W)}; "small_group"'s single pass runs the MHA tile (docs/design.md, "Single-pass tails")
 TAIL_WAVES = {"mha": (3, 1.4), "grouped": (4, 1.4), "small_group": (3, 1.3), "deep": (2, 1.25)}
 TAIL_LONG_TOKENS = 1024
 # ...and a fuller last wave, up to W - 1 of these, is a tail for the MHA and grouped tiles when the mean visible
@@ -301,12 +226,7 @@ TAIL_FULLER = {"mha": 1.55, "grouped": 1.55}
 TAIL_FULLER_TOKENS = 4096
 # under the tail gate, an even batch of long sequences runs the single pass over the sequences of the full waves and
 # the planned path over the rest, at once (``single_pass_tail``); False: the planned path takes all of them, and
-# only a single pass of one wave and a bit has a tail. H200, perf_probe split at c37f794 (graph µs, single pass /
-# without the split / with it): 34 x 4096 12/12 269.9 / 226.1 / 210.7, 68 x 4096 12/12 451.8 / 452.1 / 398.0,
-# 101 x 4096 12/12 628.8 / 629.3 / 580.5, 36 x 16384 12/12 1118.4 / 858.9 / 825.8, 72 x 4096 32/8 385.3 / 305.7 /
-# 287.0, 144 x 4096 32/8 642.8 / 638.5 / 556.9, 272 x 1024 12/2 94.6 / 92.9 / 80.8, 13 x 4096 32/32 272.7 / 231.3 /
-# 213.0, 34 x 4096 32/8 D 256 385.1 / 322.9 / 287.0; within 1% of the planned path at fills near 0.4 (92 x 4096 32/8
-# 366.7 / 370.8), 16 x 4096 32/32 249.5 / 256.1
+# only a single pass of one wave and a bit has a tail (docs/design.md, "The tail split")
 TAIL_SPLIT = True
 # the head dims measured (other dims take other tiles, whose programs per SM were not)
 TAIL_HEAD_DIMS = (128, 256)
@@ -1201,11 +1121,8 @@ HOST_CHUNK_RATIO = 1.25
 # sweeps/host-table-0a102d3): the model does not see the short sequences' chunks packing around the long ones
 HOST_FINER_GAIN = 0.03
 # a host table's sequence of at most this many chunks is merged by its last chunk program (B * q_len * Hq >= #SMs):
-# with the table's counts known, and its programs ordered longest first, the merge overlaps the grid's shorter last
-# programs where the combine launch waits for them. H200 (table_probe force, graph µs, 8 -> 16; only the rows of
-# 9-16 chunks change): 24 x 1272..7827 28/4 59.8 -> 54.3, 32 x 1027..8171 12/2 48.1 -> 45.6, 8 x 1355..7941 32/8
-# 45.7 -> 43.5, long tail 60 x 256..2048 + 4 x 16k..32k 32/8 172.6 -> 163.8; with ~31 chunks it loses (fixed
-# chunks of 8 tiles: 8 x 1419..7751 28/4 25.5 -> 26.9, 32 x 12/2 54.5 -> 57.5)
+# the merge overlaps the grid's shorter last programs where the combine launch waits for them; at ~31 chunks it loses
+# (docs/design.md, "Uneven batches")
 HOST_FUSED_MAX_CHUNKS = 16
 # a host table ends each sequence's last chunk here, past any length (locate_chunk clamps it to the call's length)
 OPEN_END = 2**31 - 1
