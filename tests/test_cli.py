@@ -30,9 +30,21 @@ def test_run_rejects_unparsable_lengths(capsys):
 
 
 def test_run_names_the_backends_that_refuse_a_case(capsys, device):
-    """head_dim 512: the Triton backends refuse it by name, the PyTorch ones still run and pass."""
+    """head_dim 512: the Triton backends refuse it by name, `auto` and the PyTorch ones still run and pass."""
     assert main(["run", "--device", device, "--seqlens", "3,20", "--heads", "2/1", "--head-dim", "512"]) == 0
     printed = capsys.readouterr().out
     assert "triton_splitk: not run: backend 'triton_splitk' takes head_dim up to 256, got 512" in printed, printed
-    for backend in ("reference", "torch_naive", "torch_sdpa"):
+    for backend in ("auto", "reference", "torch_naive", "torch_sdpa"):
         assert any(line.split()[:1] == [backend] and " yes " in line for line in printed.splitlines()), printed
+
+
+def test_run_fails_on_an_unexpected_backend_error(monkeypatch, device):
+    """Only the known refusals are excused: any other ValueError from a backend ends the run with it."""
+    import flashdecode.api as api
+
+    def broken(*args):
+        raise ValueError("broken backend")
+
+    monkeypatch.setitem(api._BACKEND_FNS, "triton", broken)
+    with pytest.raises(ValueError, match="broken backend"):
+        main(["run", "--device", device, "--seqlens", "3,20", "--heads", "2/1", "--head-dim", "16"])

@@ -10,7 +10,7 @@ import torch
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
 import flashdecode.api as api
-from flashdecode import BACKENDS, decode_attention
+from flashdecode import BACKENDS, decode_attention, plan_decode
 from flashdecode.env import env_flag
 from flashdecode.triton_common import launch_config
 
@@ -382,13 +382,52 @@ def test_shared_pages_pass_the_bounds_checks(valid, device, monkeypatch):
     _assert_matches_reference(c, out, lse)
 
 
-@pytest.mark.parametrize("value,on", [("", False), ("0", False), ("false", False), ("No", False), (" OFF ", False),
+def test_bounds_skip_pages_before_the_window_and_name_a_dense_cache(valid, monkeypatch):
+    """A window's pages wholly before it are not read: -1 there passes the default checks (and validate=True), -1
+    inside it does not; a dense cache's too-long length names its max_len, not a block_table it was never given."""
+    monkeypatch.delenv("FLASHDECODE_DEBUG", raising=False)
+    table = valid.block_table.clone()
+    table[3, 0] = -1  # sequence 3 (33 tokens, page 16): a window of 8 starts at token 25, in page 1
+    c = _with_table(valid, table=table)
+    out = decode_attention(*c.args, backend="reference", window_left=8)
+    assert torch.equal(out, decode_attention(*valid.args, backend="reference", window_left=8))
+    decode_attention(*c.args, backend="reference", window_left=8, validate=True)
+    table[3, 2] = -1
+    with pytest.raises(ValueError, match=r"block_table\[3, 2\] = -1 .* its entries 1 to 2 \(the window's\) are read"):
+        decode_attention(*_with_table(valid, table=table).args, backend="reference", window_left=8)
+    lens = torch.tensor([5, 40], dtype=torch.int32, device=valid.q.device)
+    k = valid.k_cache[:2, :, :, :].reshape(2, 16, 2, 64).contiguous()
+    with pytest.raises(ValueError, match=r"cache_seqlens\[1\] = 40 is more than the dense k_cache holds per sequence "
+                                         r"\(max_len 16, its dim 1\)"):
+        decode_attention(valid.q[:2], k, k, lens, None, backend="reference")
+
+
+def test_auto_takes_the_pytorch_path_above_the_triton_head_dims(device):
+    """head_dim 512: `auto` (and a plan) run torch_sdpa, or torch_naive for the features; both match the reference."""
+    c = case([5, 40], 4, 2, 512, 16, torch.float32, device, seed=2)
+    assert api._choose_backend("auto", None, c.q, c.k_cache, c.block_table)[0] == "torch_sdpa"
+    out, lse = decode_attention(*c.args, return_lse=True)
+    _assert_matches_reference(c, out, lse)
+    assert torch.equal(out, decode_attention(*c.args, backend="torch_sdpa"))
+    out = decode_attention(*c.args, softcap=30.0)
+    assert torch.equal(out, decode_attention(*c.args, backend="torch_naive", softcap=30.0))
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    assert plan.backend == "torch_sdpa", plan
+    assert torch.equal(decode_attention(*c.args, plan=plan), decode_attention(*c.args, backend="torch_sdpa"))
+
+
+@pytest.mark.parametrize("value,on", [("0", False), ("false", False), ("No", False), (" OFF ", False),
                                       ("1", True), ("yes", True), ("true", True), ("2", True)])
 def test_env_flags_read_one_way(value, on, monkeypatch):
     monkeypatch.setenv("FLASHDECODE_TEST_FLAG", value)
     assert env_flag("FLASHDECODE_TEST_FLAG", not on) is on
-    monkeypatch.delenv("FLASHDECODE_TEST_FLAG")
-    assert env_flag("FLASHDECODE_TEST_FLAG", on) is on
+    # unset or empty: the default
+    for unset in (None, "", " "):
+        if unset is None:
+            monkeypatch.delenv("FLASHDECODE_TEST_FLAG")
+        else:
+            monkeypatch.setenv("FLASHDECODE_TEST_FLAG", unset)
+        assert env_flag("FLASHDECODE_TEST_FLAG", on) is on and env_flag("FLASHDECODE_TEST_FLAG", not on) is not on
 
 
 def test_validate_must_be_a_bool(valid, no_launch):

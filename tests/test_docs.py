@@ -55,17 +55,21 @@ def test_cited_doc_sections_exist():
     missing = []
     for doc, name, where in sorted(cites):
         text = (ROOT / "docs" / f"{doc}.md").read_text()
-        titles = [line.lstrip("#").strip() for line in text.splitlines() if line.startswith("#")]
-        titles += re.findall(r"\*\*([^*]+)\*\*", text)
+        titles = _headings(text) + re.findall(r"\*\*([^*]+)\*\*", text)
         if not any(re.match(re.escape(name) + r"(\W|$)", " ".join(t.split())) for t in titles):
             missing.append(f"{where}: {doc}.md, {name!r}")
     assert not missing, missing
 
 
+def _headings(text):
+    """A markdown text's heading lines, without the `#` comments of its fenced code blocks."""
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return [line.lstrip("#").strip() for line in prose.splitlines() if line.startswith("#")]
+
+
 def _anchors(md):
     """GitHub's anchors of a markdown file's headings: lower case, punctuation dropped, spaces to hyphens."""
-    heads = (line.lstrip("#").strip() for line in md.read_text().splitlines() if line.startswith("#"))
-    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in heads}
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in _headings(md.read_text())}
 
 
 def test_markdown_links_resolve():

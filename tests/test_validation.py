@@ -1,5 +1,6 @@
 """Every bad input gets a TypeError / ValueError naming the argument, expected and actual value, before launch."""
 
+import numpy as np
 import pytest
 import torch
 from helpers import case
@@ -62,7 +63,10 @@ CASES = [
     ("scale nan", lambda c: dict(softmax_scale=float("nan")), ValueError, "softmax_scale must be finite, got nan"),
     ("scale inf", lambda c: dict(softmax_scale=float("-inf")), ValueError, "softmax_scale must be finite, got -inf"),
     ("lse type", lambda c: dict(return_lse="yes"), TypeError, "return_lse must be a bool, got str"),
-    ("head dim 512", lambda c: dict(q=_wide(c.q), k_cache=_wide(c.k_cache), v_cache=_wide(c.v_cache), backend="triton_splitk"), ValueError, "backend 'triton_splitk' takes head_dim up to 256, got 512; backend 'torch_sdpa' or 'torch_naive' takes any"),
+    ("lse numpy", lambda c: dict(return_lse=np.bool_(True)), TypeError, "return_lse must be a bool, got numpy.bool"),
+    ("scale huge", lambda c: dict(softmax_scale=10**400), ValueError, "softmax_scale must be finite, got 1000"),
+    ("head dim 512 B0", lambda c: dict(q=_wide(c.q)[:0], k_cache=_wide(c.k_cache), v_cache=_wide(c.v_cache), cache_seqlens=c.cache_seqlens[:0], block_table=c.block_table[:0], backend="triton"), ValueError, "backend 'triton' takes head_dim up to 256, got 512"),
+    ("head dim 512", lambda c: dict(q=_wide(c.q), k_cache=_wide(c.k_cache), v_cache=_wide(c.v_cache), backend="triton_splitk"), ValueError, "backend 'triton_splitk' takes head_dim up to 256, got 512; backend 'auto', 'torch_sdpa' or 'torch_naive' takes any"),
     ("not a tensor", lambda c: dict(block_table=[[0]]), TypeError, "block_table must be a torch.Tensor, got list"),
     ("layout", lambda c: dict(kv_layout="NDH"), ValueError, r"kv_layout must be one of \('NHD', 'HND'\), got 'NDH'"),
     ("HND heads", lambda c: dict(kv_layout="HND"), ValueError, r"q's 8 heads must be a multiple of k_cache's 16 KV heads \(dim 1 of \(\d+, 16, 2, 64\), kv_layout 'HND'\)"),

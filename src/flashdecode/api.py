@@ -1,6 +1,7 @@
 """decode_attention(): validate once, pick a backend, dispatch.
 
-The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, ``torch_sdpa``. Otherwise the Triton
+The "auto" rule (docs/design.md): on CPU tensors without TRITON_INTERPRET=1, or at a head dim above
+TRITON_MAX_HEAD_DIM, ``torch_sdpa`` (``torch_naive`` for the model features and determinism). Otherwise the Triton
 kernels: a forced ``num_splits`` picks single-pass (1) or fixed splits (> 1). Otherwise single-pass when the
 sequences can hold at most SINGLE_PASS_MAX_TOKENS tokens. From 2 single-pass programs per SM (B * Hkv) on, with PDL,
 a dual-path call: the single pass and the planned kernels are both launched and the lengths pick one on the device
@@ -40,8 +41,8 @@ SINGLE_PASS_MAX_TOKENS = 256
 # splits). 0: off (docs/design.md)
 CAPACITY_SPLITS_MAX_TOKENS = 2560
 BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "triton_tma")
-# the backends that copy the lengths and the table to the host for their own loop: every call checks the values'
-# bounds there (``validation.check_bounds``), as on CPU tensors
+# the backends that synchronise on the lengths for their own host loops: every call checks the values' bounds there
+# too (``validation.check_bounds``, a copy of the lengths and the table), as on CPU tensors
 HOST_READ_BACKENDS = ("reference", "torch_naive")
 # the largest head dim the Triton kernels' tiles are sized for (``triton_common.launch_config``) and tested at
 TRITON_MAX_HEAD_DIM = 256
@@ -180,17 +181,28 @@ def decode_attention(
         q, k_cache, backend, softcap, alibi_slopes, sinks, window_left, k_scale, v_scale
     )  # fmt: skip
     if not isinstance(validate, bool):
-        raise TypeError(f"validate must be a bool, got {type(validate).__name__}")
+        raise TypeError(f"validate must be a bool, got {_type_name(validate)}")
     if not isinstance(return_lse, bool):
-        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+        raise TypeError(f"return_lse must be a bool, got {_type_name(return_lse)}")
+    if backend.startswith("triton") and q.shape[-1] > TRITON_MAX_HEAD_DIM:
+        raise ValueError(
+            f"backend {backend!r} takes head_dim up to {TRITON_MAX_HEAD_DIM}, got {q.shape[-1]}; backend 'auto', "
+            "'torch_sdpa' or 'torch_naive' takes any"
+        )
     checked = validate or validation.debug_enabled()
+    window = features.window_left
     if checked:
         validation.check_values(
-            cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], allow_shared_pages=allow_shared_pages
-        )
+            cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], allow_shared_pages=allow_shared_pages,
+            dense=dense, window_left=window, q_len=features.q_len,
+        )  # fmt: skip
     elif q.is_cpu or backend in HOST_READ_BACKENDS:
-        # the lengths are on the host anyway: keeping every read inside the table and the pool costs no sync
-        validation.check_bounds(cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1])
+        # the call synchronises on the lengths anyway (CPU tensors; these backends' host loops): keep every read
+        # inside the table and the pool
+        validation.check_bounds(
+            cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], dense=dense, window_left=window,
+            q_len=features.q_len,
+        )  # fmt: skip
     q_shape = q.shape
     batch, head_dim = q_shape[0], q_shape[-1]
     out_given = out is not None
@@ -244,11 +256,6 @@ def decode_attention(
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
             )
-        if name.startswith("triton") and head_dim > TRITON_MAX_HEAD_DIM:
-            raise ValueError(
-                f"backend {name!r} takes head_dim up to {TRITON_MAX_HEAD_DIM}, got {head_dim}; "
-                "backend 'torch_sdpa' or 'torch_naive' takes any"
-            )
         # only the backends whose every launch and workspace goes through launcher.launch / workspace are recorded
         with launcher.recording(key if name in _REPLAYABLE else None, inputs):
             _BACKEND_FNS[name](
@@ -275,6 +282,10 @@ def _choose_backend(
     model features goes to torch_naive, which implements them). num_splits DETERMINISTIC asks triton_splitk for
     splits of a fixed number of tokens. capacity: small batches in small tables take the fixed splits of full-table
     lengths (CAPACITY_SPLITS_MAX_TOKENS); ``plan_decode``, which reads the lengths, asks without."""
+    if backend == "auto" and q.shape[-1] > TRITON_MAX_HEAD_DIM:
+        # past the Triton kernels' tiles: the PyTorch paths (torch_naive implements the features and determinism)
+        plain = not deterministic and not (features is not None and _feature_names(features))
+        return ("torch_sdpa" if plain else "torch_naive"), None
     if deterministic and backend in ("auto", "triton_splitk"):
         if backend == "auto" and not (q.is_cuda or _kernels()[0].interpreting()):
             # loops over sequences, the same ops for each whatever the batch
@@ -425,7 +436,7 @@ def _validate_options(backend, num_splits, softmax_scale, kv_layout, determinist
             )
     if softmax_scale is not None and (isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float))):
         raise TypeError(f"softmax_scale must be None or a float, got {type(softmax_scale).__name__}")
-    if softmax_scale is not None and not math.isfinite(softmax_scale):
+    if softmax_scale is not None and not _finite(softmax_scale):
         raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
     if kv_layout not in _LAYOUTS:
         raise ValueError(f"kv_layout must be one of {tuple(_LAYOUTS)}, got {kv_layout!r}")
@@ -438,6 +449,20 @@ def _validate_options(backend, num_splits, softmax_scale, kv_layout, determinist
                else "its splits are cut on the device for the whole batch")
         raise ValueError(f"deterministic=True is not offered by backend {backend!r} ({why}); use "
                          "'auto', 'triton', 'triton_splitk', 'torch_naive' or 'reference'")
+
+
+def _finite(x) -> bool:
+    """math.isfinite, with an int too large for a float counted as not finite."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def _type_name(x) -> str:
+    """x's type for a message: "str", or "numpy.bool" where the bare name would read like the expected type."""
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
 def _validate_plan(plan, backend, num_splits, deterministic):

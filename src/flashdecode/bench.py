@@ -782,7 +782,7 @@ def add_bench_arguments(p):
     p.add_argument("--head-dim", type=int, default=128, help="free-form rows: head dim (default 128)")
     p.add_argument("--page-size", type=int, default=16, help="free-form rows: tokens per page (default 16)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
-                   help="dtype of every row (default bf16; the presets' rows take it too)")
+                   help="dtype of the free-form rows, and of the presets' rows when no --batch is given (default bf16)")
     ours = ", ".join(FLASHDECODE_BACKENDS + (PLANNED,))
     p.add_argument(
         "--backends",

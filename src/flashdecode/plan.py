@@ -146,12 +146,14 @@ class DecodePlan:
         # the choice and why; the shapes tuple and the tensors (counters, table) by their size only
         extras = [f"{name}=True" for name in ("dual_path", "long_tile", "in_order") if getattr(self, name)]
         extras += [f"len_hint={self.len_hint}"] if self.len_hint else []
-        extras += [f"{name}=<{t.numel()} int32>" for name, t in (("counters", self.counters), ("table", self.table))
-                   if t is not None]
-        shapes = _describe(self.shapes)
-        shapes = f"B={shapes['batch']}, heads={shapes['num_q_heads']}/{shapes['num_kv_heads']}, D={shapes['head_dim']}"
-        return (f"DecodePlan(backend={self.backend!r}, num_splits={self.num_splits}, {', '.join(extras + [shapes])}, "
-                f"reason={self.reason!r})")
+        extras += [f"{name}=<{t.numel()} {str(t.dtype).replace('torch.', '')}>"
+                   for name, t in (("counters", self.counters), ("table", self.table)) if isinstance(t, torch.Tensor)]
+        shapes = _describe(self.shapes) if isinstance(self.shapes, tuple) else {}
+        if {"batch", "num_q_heads", "num_kv_heads", "head_dim"} <= shapes.keys():
+            extras.append(f"B={shapes['batch']}, heads={shapes['num_q_heads']}/{shapes['num_kv_heads']}, "
+                          f"D={shapes['head_dim']}")
+        return (f"DecodePlan(backend={self.backend!r}, num_splits={self.num_splits}, {', '.join(extras)}"
+                f"{', ' if extras else ''}reason={self.reason!r})")
 
     def __post_init__(self):
         if self.long_tile and self.backend != "triton_splitk":

@@ -116,10 +116,12 @@ def _decode_single_kernel(
     """One program per (KV head x head block, sequence): grid (Hkv * HEAD_BLOCKS, B). The program attends its query
     rows (the GQA group's, up to BLOCK_H of them) over the sequence's whole visible range and writes out and LSE.
 
-    A plain call takes the ``else`` branch below with EVEN_B = LONGEST_B = 0: sequence = program_id(1). The rest
-    picks the sequence otherwise: LONGEST_B (0: off, else the lengths tile's width, B padded to a power of two) deals
-    the sequences longest first; EVEN_B (likewise 0 or the width) makes the program write only if the batch is even
-    (a dual-path call, whose planned kernels take the other case). Shapes and the other switches: ``attend_group``.
+    A plain call takes the ``else`` branch below with EVEN_B = LONGEST_B = 0: sequence = program_id(1). LONGEST_B
+    (0: off, else the lengths tile's width, B padded to a power of two) deals the sequences longest first instead,
+    and with EVEN_SPAN (a full grid's dual path) the programs return when the batch's longest sequence outlasts a
+    wave's share (``longest_first``). EVEN_B (likewise 0 or the width) is a dual-path call's single pass: its
+    programs write only where the planned kernels will not (``even_batch``: an even batch, and under the tail gate
+    of long sequences only those before tail_first). Shapes and the other switches: ``attend_group``.
     """
     # neighbouring programs share a KV head (its tokens stay in L2 across head blocks)
     kv_head = tl.program_id(0) // HEAD_BLOCKS

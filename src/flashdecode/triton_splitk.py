@@ -46,8 +46,9 @@ Two ways to cut, one kernel:
 Bytes: the visible K/V once per head block (one block unless q_len x group exceeds BLOCK_H), plus
 2 * chunks * q_len * Hq * (D + 1) * 4 for the fp32 partials of multi-chunk sequences. With a sliding window both
 modes cut only the visible tokens [window start, L), so pages before the window are never read.
-Grids: planner (slots / ``planner_shape``); partial (slots, Hkv * head blocks), or (Hkv * head blocks, slots) for
-the tile classes of ``PARTIAL_HEADS_FIRST`` (groups >= 4, head dims above 128, fp8's long tile); combine (q_len * Hq,
+Grids: planner (slots / ``planner_shape``); partial (slots, Hkv * head blocks), or in planned mode (Hkv * head
+blocks, slots) for the tile classes of ``PARTIAL_HEADS_FIRST`` (q_len x group >= 4, head dims above 128, fp8's long
+tile); combine (q_len * Hq,
 B, head-dim blocks), not launched when the merge is fused and the table cannot hold a longer sequence.
 """
 

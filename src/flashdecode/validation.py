@@ -29,12 +29,15 @@ __all__ = ["check_bounds", "check_values", "debug_enabled"]
 
 
 def debug_enabled() -> bool:
-    """True when FLASHDECODE_DEBUG is on (``env.env_flag``: anything but "", "0", "false", "no", "off"): every call
+    """True when FLASHDECODE_DEBUG is on (``env.env_flag``: set, and not "0", "false", "no" or "off"): every call
     validates values."""
     return env_flag("FLASHDECODE_DEBUG", False)
 
 
-def check_values(cache_seqlens, block_table, num_pages: int, page_size: int, *, allow_shared_pages: bool = False):
+def check_values(
+    cache_seqlens, block_table, num_pages: int, page_size: int, *, allow_shared_pages: bool = False,
+    dense: bool = False, window_left: int | None = None, q_len: int = 1,
+):  # fmt: skip
     """Raise ValueError if the lengths or the pages they read are invalid (one host sync).
 
     Args:
@@ -43,11 +46,15 @@ def check_values(cache_seqlens, block_table, num_pages: int, page_size: int, *, 
         num_pages: pages in the cache pool (``k_cache.shape[0]``).
         page_size: tokens per page (``k_cache.shape[1]``).
         allow_shared_pages: accept a page read by more than one (sequence, table column).
+        dense: the call's cache is dense (``block_table=None``, the table made by ``decode_attention``): a length is
+            checked against the cache's max_len, named as such.
+        window_left, q_len: the call's window and new tokens: the pages wholly before a sequence's window are not
+            read, so their entries are not checked.
     """
     # the one host sync: both tensors to the CPU, widened so that sums cannot overflow
     lens = cache_seqlens.detach().to("cpu", torch.int64)
     table = block_table.detach().to("cpu", torch.int64)
-    read = _check_bounds(lens, table, num_pages, page_size)
+    read = _check_bounds(lens, table, num_pages, page_size, dense, window_left, q_len)
 
     if not allow_shared_pages:
         where = read.nonzero()  # [N, 2] (sequence, column), row-major
@@ -63,15 +70,18 @@ def check_values(cache_seqlens, block_table, num_pages: int, page_size: int, *, 
             )
 
 
-def check_bounds(cache_seqlens, block_table, num_pages: int, page_size: int):
+def check_bounds(
+    cache_seqlens, block_table, num_pages: int, page_size: int, *, dense: bool = False,
+    window_left: int | None = None, q_len: int = 1,
+):  # fmt: skip
     """``check_values`` without the shared-page test: the checks that keep every read inside the table and the pool.
-    What ``decode_attention`` runs on every call whose lengths are on the host anyway (CPU tensors, and the
-    "reference" and "torch_naive" backends, which read them there), where it costs no synchronisation."""
+    What ``decode_attention`` runs on every call that synchronises on the lengths anyway (CPU tensors, and the
+    "reference" and "torch_naive" backends, whose loops run on the host)."""
     _check_bounds(cache_seqlens.detach().to("cpu", torch.int64), block_table.detach().to("cpu", torch.int64),
-                  num_pages, page_size)
+                  num_pages, page_size, dense, window_left, q_len)
 
 
-def _check_bounds(lens, table, num_pages, page_size):
+def _check_bounds(lens, table, num_pages, page_size, dense=False, window_left=None, q_len=1):
     """The int64 CPU lengths' and table's bounds checks; returns the [B, max_pages] mask of the entries read."""
     width = table.shape[1]
     negative = (lens < 0).nonzero()
@@ -79,6 +89,10 @@ def _check_bounds(lens, table, num_pages, page_size):
         b = int(negative[0])
         raise ValueError(f"cache_seqlens[{b}] must be >= 0, got {int(lens[b])}")
     too_long = (lens > width * page_size).nonzero()
+    if len(too_long) and dense:
+        b = int(too_long[0])
+        raise ValueError(f"cache_seqlens[{b}] = {int(lens[b])} is more than the dense k_cache holds per sequence "
+                         f"(max_len {page_size}, its dim 1)")
     if len(too_long):
         b = int(too_long[0])
         raise ValueError(
@@ -86,14 +100,18 @@ def _check_bounds(lens, table, num_pages, page_size):
             f"but block_table has {width} columns (at most {width * page_size} tokens)"
         )
 
-    # [B, max_pages]: the entries the kernels read
+    # [B, max_pages]: the entries the kernels read, from the page of the window's first token (splitk.visible_start)
     pages_read = -(-lens // page_size)
-    read = torch.arange(width)[None, :] < pages_read[:, None]
+    first = torch.zeros_like(lens) if window_left is None else (lens - q_len - window_left).clamp(min=0) // page_size
+    columns = torch.arange(width)[None, :]
+    read = (columns >= first[:, None]) & (columns < pages_read[:, None])
     bad = read & ((table < 0) | (table >= num_pages))
     if bad.any():
         b, j = (int(i) for i in bad.nonzero()[0])
+        n, f = int(pages_read[b]), int(first[b])
+        span = f"its first {n} entries are" if f == 0 else f"its entries {f} to {n - 1} (the window's) are"
         raise ValueError(
             f"block_table[{b}, {j}] = {int(table[b, j])} is not a page id in [0, {num_pages}); sequence {b} has "
-            f"{int(lens[b])} tokens, so its first {int(pages_read[b])} entries are read"
+            f"{int(lens[b])} tokens, so {span} read"
         )
     return read
