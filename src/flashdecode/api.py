@@ -147,8 +147,8 @@ def decode_attention(
         validate: also check the values of cache_seqlens and block_table (one host sync; ``validation.py``):
             lengths in [0, max_pages * page_size], the page ids they read in [0, num_pages), no page read twice.
             The environment variable FLASHDECODE_DEBUG=1 turns it on for every call. On CPU tensors, and with
-            backend "reference" or "torch_naive" (which read the values on the host anyway), the first two checks
-            run on every call.
+            backend "reference" or "torch_naive" (whose loops run on the host), the first two checks run on every
+            call (from the window's first page with window_left).
         allow_shared_pages: with validation on, accept pages read by several sequences (prefix caching).
         plan: a ``DecodePlan`` from ``flashdecode.plan_decode`` for these shapes (backend "auto", no num_splits,
             not deterministic): the kernels chosen from the lengths read once on the host, e.g. once per decode

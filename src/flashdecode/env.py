@@ -2,8 +2,8 @@
 
 FLASHDECODE_DEBUG, FLASHDECODE_LAUNCH_CACHE, FLASHDECODE_DIRECT_LAUNCH, FLASHDECODE_EARLY_PAGES and
 FLASHDECODE_DEFER_SUM: "0", "false", "no" and "off" (any case) turn a switch off, any other value turns it on, and
-an unset or empty variable keeps the switch's default (``VAR=`` usually means "unset"). (TRITON_INTERPRET is Triton's: ``triton_common.interpreting`` asks
-Triton how it reads it.)
+an unset or empty variable keeps the switch's default (``VAR=`` usually means "unset"). TRITON_INTERPRET is
+Triton's: ``triton_common.interpreting`` asks Triton how it reads it.
 """
 
 from __future__ import annotations

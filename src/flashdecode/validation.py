@@ -2,11 +2,11 @@
 
 On CUDA tensors the default path checks shapes, dtypes, devices and strides only (``api._validate``): reading the
 values of ``cache_seqlens`` and ``block_table`` means copying them to the host, a synchronisation that a decode step
-(and a captured CUDA graph) cannot afford. Where the values are on the host anyway (CPU tensors, and the "reference"
-and "torch_naive" backends, which read them there) every call runs ``check_bounds``: the first three checks below,
-which keep every read inside the table and the pool. With ``validate=True`` or the environment variable
-``FLASHDECODE_DEBUG=1``, ``check_values`` copies them once and raises ValueError naming the argument, the sequence
-and the value for:
+(and a captured CUDA graph) cannot afford. Where the call synchronises on them anyway (CPU tensors, and the
+"reference" and "torch_naive" backends, whose loops run on the host) every call runs ``check_bounds``: the first
+three checks below, which keep every read inside the table and the pool. With ``validate=True`` or the environment
+variable ``FLASHDECODE_DEBUG=1``, ``check_values`` copies them once and raises ValueError naming the argument, the
+sequence and the value for:
 
 * a negative length;
 * a length the block table's row cannot hold (more than ``block_table.shape[1] * page_size`` tokens); without the
