@@ -5,12 +5,17 @@ import pytest
 from flashdecode.cli import main
 
 
+def _passed(printed, backend):
+    """The run's table has a line for backend, marked ok."""
+    return any(line.split()[:1] == [backend] and " yes " in line for line in printed.splitlines())
+
+
 def test_run_small_case_passes(capsys, device):
     assert main(["run", "--device", device, "--seqlens", "0,1,17,40", "--heads", "4/2", "--head-dim", "16"]) == 0
     printed = capsys.readouterr().out
     assert "seqlens=[0, 1, 17, 40] heads=4/2 D=16" in printed
     for backend in ("reference", "torch_naive", "torch_sdpa", "triton", "triton_splitk", "auto"):
-        assert any(line.split()[:1] == [backend] and " yes " in line for line in printed.splitlines()), printed
+        assert _passed(printed, backend), printed
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -35,7 +40,7 @@ def test_run_names_the_backends_that_refuse_a_case(capsys, device):
     printed = capsys.readouterr().out
     assert "triton_splitk: not run: backend 'triton_splitk' takes head_dim up to 256, got 512" in printed, printed
     for backend in ("auto", "reference", "torch_naive", "torch_sdpa"):
-        assert any(line.split()[:1] == [backend] and " yes " in line for line in printed.splitlines()), printed
+        assert _passed(printed, backend), printed
 
 
 def test_run_fails_on_an_unexpected_backend_error(monkeypatch, device):

@@ -14,6 +14,7 @@ import flashdecode.merge
 import flashdecode.plan
 
 
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODULES = [flashdecode.api, flashdecode.plan, flashdecode.merge, flashdecode.append, flashdecode.cache]
 
 
@@ -25,13 +26,11 @@ def test_docstring_examples(module):
 
 
 def test_scripts_index_lists_every_script_once():
-    scripts = pathlib.Path(__file__).resolve().parent.parent / "scripts"
+    scripts = ROOT / "scripts"
     on_disk = sorted(p.name for p in scripts.iterdir() if p.suffix in (".py", ".sh"))
     listed = re.findall(r"^\| `([\w.]+\.(?:py|sh))` \|", (scripts / "README.md").read_text(), flags=re.M)
     assert sorted(listed) == on_disk, (set(on_disk) ^ set(listed), [n for n in listed if listed.count(n) > 1])
 
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 # every text that cites a doc section or links a file: the package, scripts, tests and the markdown of the repo
 CITING = [*ROOT.glob("src/**/*.py"), *ROOT.glob("scripts/*.py"), *ROOT.glob("tests/*.py"), ROOT / "README.md",
           *ROOT.glob("docs/**/*.md"), *ROOT.glob("scripts/*.md"), *ROOT.glob("examples/*")]

@@ -51,9 +51,7 @@ def check_values(
         window_left, q_len: the call's window and new tokens: the pages wholly before a sequence's window are not
             read, so their entries are not checked.
     """
-    # the one host sync: both tensors to the CPU, widened so that sums cannot overflow
-    lens = cache_seqlens.detach().to("cpu", torch.int64)
-    table = block_table.detach().to("cpu", torch.int64)
+    lens, table = _on_host(cache_seqlens, block_table)
     read = _check_bounds(lens, table, num_pages, page_size, dense, window_left, q_len)
 
     if not allow_shared_pages:
@@ -77,8 +75,12 @@ def check_bounds(
     """``check_values`` without the shared-page test: the checks that keep every read inside the table and the pool.
     What ``decode_attention`` runs on every call that synchronises on the lengths anyway (CPU tensors, and the
     "reference" and "torch_naive" backends, whose loops run on the host)."""
-    _check_bounds(cache_seqlens.detach().to("cpu", torch.int64), block_table.detach().to("cpu", torch.int64),
-                  num_pages, page_size, dense, window_left, q_len)
+    _check_bounds(*_on_host(cache_seqlens, block_table), num_pages, page_size, dense, window_left, q_len)
+
+
+def _on_host(cache_seqlens, block_table):
+    """The one host sync: both tensors to the CPU, widened to int64 so that sums cannot overflow."""
+    return cache_seqlens.detach().to("cpu", torch.int64), block_table.detach().to("cpu", torch.int64)
 
 
 def _check_bounds(lens, table, num_pages, page_size, dense=False, window_left=None, q_len=1):
