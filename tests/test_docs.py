@@ -31,6 +31,7 @@ def test_scripts_index_lists_every_script_once():
     listed = re.findall(r"^\| `([\w.]+\.(?:py|sh))` \|", (scripts / "README.md").read_text(), flags=re.M)
     assert sorted(listed) == on_disk, (set(on_disk) ^ set(listed), [n for n in listed if listed.count(n) > 1])
 
+
 # every text that cites a doc section or links a file: the package, scripts, tests and the markdown of the repo
 CITING = [*ROOT.glob("src/**/*.py"), *ROOT.glob("scripts/*.py"), *ROOT.glob("tests/*.py"), ROOT / "README.md",
           *ROOT.glob("docs/**/*.md"), *ROOT.glob("scripts/*.md"), *ROOT.glob("examples/*")]
