@@ -27,6 +27,8 @@ def _assert_same(got, want):
         pytest.param(16, 3, 24, torch.bfloat16, [17, 16, 31, 0, -1, -1, 63], id="P16-Hkv3-D24-bf16"),
         pytest.param(1, 1, 8, torch.float16, [2, 0, 3], id="P1-Hkv1-D8-f16-page-per-token"),
         pytest.param(8, 5, 40, torch.float32, [-1, -1], id="P8-Hkv5-D40-all-skipped"),
+        # any negative slot skips (-4: an unallocated table entry's -1 page times page_size): nothing wraps around
+        pytest.param(4, 1, 8, torch.float32, [-4, 5, -17], id="P4-negative-slots-skipped"),
     ],
 )
 @pytest.mark.parametrize("backend", ["triton", "torch"])

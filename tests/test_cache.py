@@ -88,6 +88,46 @@ def test_step_tensors_match_host_positions(device):
         _assert_tables_match_host(cache)
 
 
+def test_rows_added_or_freed_mid_step_are_left_alone(device):
+    """A sequence added between grow() and update_step_tensors() joins at the next step, and one freed there is not
+    written: the device step agrees with the host's lengths and pages (the step used to advance the new row too,
+    one token past its pages). update_step_tensors() without grow() changes nothing."""
+    cache = _cache(device, num_pages=8, max_batch=3)
+    a = cache.add_sequence(3)
+    b = cache.add_sequence(4)
+    cache.grow()
+    c = cache.add_sequence(4)  # a whole page: a step would need a page grow() did not allocate
+    cache.free(b)
+    cache.update_step_tensors()
+    assert (a, b, c) == (0, 1, 2) and cache.slot_mapping.tolist() == [cache.pages_of(a)[0] * 4 + 3, -1, -1]
+    _assert_tables_match_host(cache)
+    seqlens = cache.seqlens.tolist()
+    cache.update_step_tensors()  # no grow(): no row steps
+    assert cache.seqlens.tolist() == seqlens and cache.slot_mapping.tolist() == [-1, -1, -1]
+    cache.grow()
+    cache.update_step_tensors()
+    want = [-1] * 3
+    want[a], want[c] = cache.pages_of(a)[1] * 4, cache.pages_of(c)[1] * 4
+    assert cache.slot_mapping.tolist() == want
+    _assert_tables_match_host(cache)
+
+
+def test_add_sequence_checks_num_tokens(device):
+    cache = _cache(device)
+    for bad in (2.0, True, torch.tensor(3)):
+        with pytest.raises(TypeError, match="num_tokens must be an int, got"):
+            cache.add_sequence(bad)
+    with pytest.raises(ValueError, match="num_tokens must be >= 0, got -3"):
+        cache.add_sequence(-3)
+    assert cache.num_free_rows == 3 and cache.num_free_pages == 6
+    row = cache.add_sequence(0)  # an empty prompt: no page until its first token
+    assert cache.pages_of(row) == []
+    cache.grow()
+    cache.update_step_tensors()
+    assert cache.lengths[row] == 1 and cache.slot_mapping.tolist()[row] == cache.pages_of(row)[0] * 4
+    _assert_tables_match_host(cache)
+
+
 def test_decode_through_cache_matches_reference(device):
     """Prefill two sequences and decode three steps through the cache (append_kv + decode_attention with the Triton
     kernel): every step equals float64 attention over the tokens written so far, kept independently."""

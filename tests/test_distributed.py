@@ -289,12 +289,29 @@ def test_shard_validation():
         shard_paged_cache(*c.args[1:], 0)
     with pytest.raises(ValueError, match="layout must be one of"):
         shard_paged_cache(*c.args[1:], 2, layout="striped")
-    with pytest.raises(ValueError, match="weights must be 2 non-negative numbers"):
-        shard_paged_cache(*c.args[1:], 2, weights=[1, -1])
+    for weights in ([1, -1], [1, float("nan")], [1, float("inf")]):
+        with pytest.raises(ValueError, match="weights must be 2 finite non-negative numbers"):
+            shard_paged_cache(*c.args[1:], 2, weights=weights)
     with pytest.raises(ValueError, match="weights apply to layout 'contiguous' only"):
         shard_paged_cache(*c.args[1:], 2, layout="round_robin", weights=[1, 1])
     with pytest.raises(TypeError, match="block_table must be int32, got torch.int64"):
         shard_paged_cache(*c.args[1:4], c.block_table.long(), 2)
+    k, v, lens, table = c.args[1:5]
+    with pytest.raises(ValueError, match=r"k_cache must be 4-D, got shape \(4, 2, 8\)"):
+        shard_paged_cache(k[0], v[0], lens, table, 2)
+    with pytest.raises(ValueError, match=r"block_table must have a row per sequence \(2\), got \(1, "):
+        shard_paged_cache(k, v, lens.repeat(2), table, 2)
+    # the values, as decode_attention checks them: each was copied or dropped silently (a -1 page as the pool's
+    # last page, a negative length as 0), or failed deep inside with an IndexError
+    bad_page = table.clone()
+    bad_page[0, 1] = -1
+    for lens_, table_, match in (
+        (lens, bad_page, r"block_table\[0, 1\] = -1 is not a page id"),
+        (lens * 0 - 3, table, r"cache_seqlens\[0\] must be >= 0, got -3"),
+        (lens + table.shape[1] * 4, table, r"cache_seqlens\[0\] = \d+ needs \d+ pages"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            shard_paged_cache(k, v, lens_, table_, 2)
 
 
 def test_docstring_example():

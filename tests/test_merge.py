@@ -55,6 +55,9 @@ def test_merge_validation():
         merge_states(o, lse.double(), o, lse)
     with pytest.raises(ValueError, match=r"lse_b must have shape \(2, 3\)"):
         merge_states(o, lse, o, lse[:, :2])
+    scalar = torch.zeros(())
+    with pytest.raises(ValueError, match="out_a must have at least one dim .* got a 0-d tensor"):
+        merge_states(scalar, scalar, scalar, scalar)
     with pytest.raises(ValueError, match="out_a and out_b must match"):
         merge_states(o, lse, o.half(), lse)
     with pytest.raises(TypeError, match="out_a must be a torch.Tensor"):

@@ -20,6 +20,7 @@ TINY = dict(
 ARCHS = {
     "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+    "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
 }
 
 
@@ -124,6 +125,66 @@ def test_eos_stops_and_frees():
     for got, full in zip(res.tokens, want):
         cut = full.index(eos) + 1 if eos in full else len(full)
         assert got == full[:cut]
+    # Hugging Face's own form (a list, as in generation_config) and a tensor stop at the same tokens
+    for eos_ids in ([eos, 10**6], torch.tensor([eos])):
+        again = generate(model, prompts, 10, max_batch=2, page_size=4, eos_token_id=eos_ids,
+                         attention_backend="torch_sdpa", append_backend="torch")  # fmt: skip
+        assert again.tokens == res.tokens
+
+
+def test_sliding_window_refused_unless_it_masks_nothing():
+    """Mistral passes its config's sliding_window to every layer (no layer_types): a window shorter than the
+    sequences is refused (the loop attended to every token, giving other tokens); a window longer than them masks
+    nothing, and the tokens equal generate()'s."""
+    prompt = prompts_of([12])
+    with pytest.raises(ValueError, match=r"sliding_window=4 is shorter than the 20 tokens"):
+        generate(tiny_model("mistral", sliding_window=4), prompt, 8, page_size=4, attention_backend="torch_sdpa",
+                 append_backend="torch")  # fmt: skip
+    model = tiny_model("mistral", sliding_window=20)
+    res = generate(model, prompt, 8, page_size=4, attention_backend="torch_sdpa", append_backend="torch")
+    assert res.tokens == [hf_greedy(model, prompt[0], 8)]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(softcap=30.0), "does not implement softcap"),
+    (dict(s_aux=torch.zeros(4)), "does not implement s_aux"),
+    (dict(sliding_window=8), "sliding_window=8 is shorter than the 16 tokens"),
+])  # fmt: skip
+def test_attention_refuses_arguments_it_would_ignore(kwargs, match):
+    """Whatever the model, a layer passing logit softcapping, sinks or a window that masks something is refused
+    at its forward rather than computed without them."""
+    from types import SimpleNamespace
+
+    from flashdecode import PagedKVCache
+    from flashdecode.integrations.transformers import StepContext, paged_attention_forward
+
+    cache = PagedKVCache(1, 2, 16, num_pages=4, page_size=4, max_batch=1, max_seq_len=16, device="cpu")
+    step = StepContext(cache, torch.full((1,), -1, dtype=torch.int32), prefill=False)
+    q, kv = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 1, 16)
+    with pytest.raises(ValueError, match=match):
+        paged_attention_forward(SimpleNamespace(layer_idx=0), q, kv, kv, None, flashdecode_step=step, **kwargs)
+    out, _ = paged_attention_forward(SimpleNamespace(layer_idx=0), q, kv, kv, None, flashdecode_step=step,
+                                     sliding_window=16, softcap=None)  # fmt: skip
+    assert out.shape == (1, 1, 4, 16)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(prompts=[]), ValueError, "prompts must hold at least one prompt"),
+    (dict(prompts=torch.tensor([1, 2, 3])), ValueError, r"must be 2-D \[num_prompts, length\], got shape \(3,\)"),
+    (dict(prompts=[[1, 2], [1.5, 2.0]]), TypeError, r"prompts\[1\] must hold integer token ids, got torch.float32"),
+    (dict(prompts=[[1, 2], []]), ValueError, r"prompts\[1\] must be a non-empty 1-D token sequence"),
+    (dict(page_size=0), ValueError, "page_size must be an int >= 1, got 0"),
+    (dict(max_batch=0), ValueError, "max_batch must be an int >= 1 or None, got 0"),
+    (dict(num_pages=2.0), ValueError, "num_pages must be an int >= 1 or None, got 2.0"),
+    (dict(eos_token_id="2"), TypeError, "eos_token_id must be an int, a list of ints or None, got '2'"),
+    (dict(eos_token_id=True), TypeError, "eos_token_id must be an int, a list of ints or None, got True"),
+])  # fmt: skip
+def test_generate_argument_errors(kwargs, error, match):
+    args = dict(prompts=[[1, 2, 3]], page_size=4, attention_backend="torch_sdpa", append_backend="torch") | kwargs
+    model = tiny_model("llama")
+    with pytest.raises(error, match=match):
+        generate(model, args.pop("prompts"), 2, **args)
+    assert model.config._attn_implementation == "sdpa"
 
 
 def test_prompt_too_long_for_the_pool():

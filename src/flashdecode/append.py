@@ -32,9 +32,10 @@ def append_kv(k, v, k_cache, v_cache, slot_mapping, *, backend="auto"):
         k, v: [N, Hkv, D] new keys and values, the caches' dtype; any strides with a contiguous last dim
             (e.g. a [B, Hkv, 1, D] projection indexed at [:, :, 0]).
         k_cache, v_cache: [num_pages, page_size, Hkv, D] float16 / bfloat16 / float32, written in place.
-        slot_mapping: [N] int32 or int64. Slot s is row s % page_size of page s // page_size; -1 skips the token.
-            Slots outside [0, num_pages * page_size) are skipped by the Triton kernel (never written out of bounds)
-            and raise IndexError in the torch backend; checking them up front would need a host sync.
+        slot_mapping: [N] int32 or int64. Slot s is row s % page_size of page s // page_size; -1 (any negative
+            slot) skips the token. Slots at or past num_pages * page_size are skipped by the Triton kernel (never
+            written out of bounds) and raise IndexError in the torch backend; checking them up front would need a
+            host sync.
             Two tokens with the same slot: one of them wins, which one is unspecified.
         backend: "auto" (Triton on CUDA tensors or under TRITON_INTERPRET=1, else "torch"), "triton", or "torch"
             (plain indexing; reads which slots are -1 on the host, so it synchronises: meant for CPU).

@@ -50,6 +50,8 @@ class PagedKVCache:
         block_table: [max_batch, max_pages_per_seq] int32; -1 past each row's pages.
         seqlens: [max_batch] int32, tokens in each row's cache (0 for an inactive row).
         active: [max_batch] bool, rows that hold a sequence.
+        stepping: [max_batch] bool, rows the pending decode step advances: ``grow`` copies ``active`` into it and
+            ``update_step_tensors`` clears it, so a row added or freed between the two is left alone by the step.
         positions: [max_batch] int64, the position written by the current decode step (see update_step_tensors).
         slot_mapping: [max_batch] int32, the slot written by the current decode step, -1 for inactive rows.
 
@@ -100,6 +102,7 @@ class PagedKVCache:
         self.block_table = torch.full((max_batch, self.max_pages_per_seq), -1, dtype=torch.int32, device=device)
         self.seqlens = torch.zeros(max_batch, dtype=torch.int32, device=device)
         self.active = torch.zeros(max_batch, dtype=torch.bool, device=device)
+        self.stepping = torch.zeros(max_batch, dtype=torch.bool, device=device)
         self.positions = torch.zeros(max_batch, dtype=torch.int64, device=device)
         self.slot_mapping = torch.full((max_batch,), -1, dtype=torch.int32, device=device)
         # host state; pages are handed out lowest id first (a stack, reversed)
@@ -137,6 +140,10 @@ class PagedKVCache:
         active with that length. Returns the row. Write the tokens' K/V at ``slots(row, 0, num_tokens)``.
 
         Raises CacheFullError when no row or too few pages are free (nothing is allocated then)."""
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int):
+            raise TypeError(f"num_tokens must be an int, got {type(num_tokens).__name__}")
+        if num_tokens < 0:
+            raise ValueError(f"num_tokens must be >= 0, got {num_tokens}")
         if not self._free_rows:
             raise CacheFullError(f"all {self.max_batch} batch rows hold sequences; free one before adding another")
         row = self._free_rows[-1]
@@ -160,6 +167,7 @@ class PagedKVCache:
         self.block_table[row].fill_(-1)
         self.seqlens[row].fill_(0)
         self.active[row].fill_(False)
+        self.stepping[row].fill_(False)
 
     def slots(self, row: int, start: int, end: int) -> torch.Tensor:
         """[end - start] int32 slots of positions [start, end) of ``row`` (already allocated), computed on the
@@ -172,7 +180,8 @@ class PagedKVCache:
 
     def grow(self) -> None:
         """Host half of a decode step: every active row gets one more token, allocating a page when the token
-        starts a new one. Call it before ``update_step_tensors`` (or before replaying a graph that contains it).
+        starts a new one. Call it before ``update_step_tensors`` (or before replaying a graph that contains it);
+        a sequence added between the two joins at the next step.
 
         Raises CacheFullError naming the pages needed and free (the lengths are left unchanged then)."""
         rows = self.active_rows
@@ -190,21 +199,26 @@ class PagedKVCache:
             new_pages += self._reserve(r, self.lengths[r] + 1)
             self.lengths[r] += 1
         self._write_pages(new_pages)
+        # the rows this step advances, in stream order after every add / free before it (device copy, no sync)
+        self.stepping.copy_(self.active)
 
     def update_step_tensors(self) -> torch.Tensor:
         """Device half of a decode step (no host sync, fixed addresses: CUDA-graph capturable).
 
-        positions = seqlens (where the new token goes); slot_mapping = that position's slot, -1 for inactive rows;
-        then seqlens += active, so decode_attention sees the new token. Returns ``positions`` [max_batch] int64.
+        positions = seqlens (where the new token goes); slot_mapping = that position's slot, -1 for the rows that
+        ``grow`` did not advance (inactive, or added since); then seqlens += stepping, so decode_attention sees the
+        new token, and stepping is cleared (a second call without ``grow`` changes nothing). Returns ``positions``
+        [max_batch] int64.
         """
         page_size = self.page_size
-        # [max_batch, 1] page index of each row's new token; an inactive row reads column 0 and is masked below
+        # [max_batch, 1] page index of each row's new token; a row not stepping may read any column: masked below
         col = (self.seqlens // page_size).clamp_max(self.max_pages_per_seq - 1).long()[:, None]
         page = self.block_table.gather(1, col)[:, 0]
-        slot = torch.where(self.active, page * page_size + self.seqlens % page_size, -1)
+        slot = torch.where(self.stepping, page * page_size + self.seqlens % page_size, -1)
         self.positions.copy_(self.seqlens)
         self.slot_mapping.copy_(slot)
-        self.seqlens.add_(self.active.to(torch.int32))
+        self.seqlens.add_(self.stepping.to(torch.int32))
+        self.stepping.zero_()
         return self.positions
 
     def _reserve(self, row: int, num_tokens: int) -> list[tuple[int, int]]:

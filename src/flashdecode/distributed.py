@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from .api import decode_attention
 from .merge import merge_states
+from .validation import check_bounds
 
 __all__ = ["decode_attention_cp", "merge_gathered", "shard_paged_cache", "PagedShard", "LAYOUTS", "MERGES"]
 
@@ -203,11 +204,24 @@ def shard_paged_cache(k_cache, v_cache, cache_seqlens, block_table, world_size, 
         if layout != "contiguous":
             raise ValueError(f"weights apply to layout 'contiguous' only, got layout {layout!r}")
         weights = [float(w) for w in weights]
-        if len(weights) != world_size or min(weights) < 0 or sum(weights) <= 0:
-            raise ValueError(f"weights must be {world_size} non-negative numbers with a positive sum, got {weights}")
+        if len(weights) != world_size or not all(0 <= w < math.inf for w in weights) or sum(weights) <= 0:
+            raise ValueError(
+                f"weights must be {world_size} finite non-negative numbers with a positive sum, got {weights}"
+            )
     for name, t in (("cache_seqlens", cache_seqlens), ("block_table", block_table)):
         if t.dtype != torch.int32:
             raise TypeError(f"{name} must be int32, got {t.dtype}")
+    for name, t, dims in (("k_cache", k_cache, 4), ("v_cache", v_cache, 4), ("cache_seqlens", cache_seqlens, 1),
+                          ("block_table", block_table, 2)):  # fmt: skip
+        if t.dim() != dims:
+            raise ValueError(f"{name} must be {dims}-D, got shape {tuple(t.shape)}")
+    if v_cache.shape[:2] != k_cache.shape[:2]:
+        raise ValueError(f"v_cache must have k_cache's pages {tuple(k_cache.shape[:2])}, got {tuple(v_cache.shape)}")
+    if block_table.shape[0] != cache_seqlens.shape[0]:
+        raise ValueError(f"block_table must have a row per sequence ({cache_seqlens.shape[0]}), got "
+                         f"{tuple(block_table.shape)}")  # fmt: skip
+    # lengths >= 0, within the table, and every page read inside the pool (the values are read on the host anyway)
+    check_bounds(cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1])
 
     page_size = k_cache.shape[1]
     seqlens = cache_seqlens.tolist()

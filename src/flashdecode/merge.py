@@ -65,7 +65,9 @@ def _check_pair(out_name, out, lse_name, lse):
         raise TypeError(f"{out_name} must be float16, bfloat16 or float32, got {out.dtype}")
     if lse.dtype != torch.float32:
         raise TypeError(f"{lse_name} must be float32, got {lse.dtype}")
-    if out.dim() < 1 or tuple(lse.shape) != tuple(out.shape[:-1]):
+    if out.dim() < 1:
+        raise ValueError(f"{out_name} must have at least one dim (the head dim, last), got a 0-d tensor")
+    if tuple(lse.shape) != tuple(out.shape[:-1]):
         raise ValueError(
             f"{lse_name} must have shape {tuple(out.shape[:-1])} (= {out_name}.shape[:-1]), got {tuple(lse.shape)}"
         )

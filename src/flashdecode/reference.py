@@ -166,7 +166,8 @@ def reference_merge_states(out_a, lse_a, out_b, lse_b):
 
 def reference_append_kv(k, v, k_cache, v_cache, slot_mapping):
     """What append_kv must produce, one token at a time in a Python loop: copies of the caches with k[i], v[i]
-    at row s % page_size of page s // page_size for every slot s = slot_mapping[i] != -1. Inputs are not modified.
+    at row s % page_size of page s // page_size for every slot s = slot_mapping[i] >= 0 (a negative slot skips
+    the token, as in both backends; -1 is the one callers use). Inputs are not modified.
 
     Returns:
         (k_cache', v_cache') on the CPU, the caches' dtype.
@@ -174,7 +175,7 @@ def reference_append_kv(k, v, k_cache, v_cache, slot_mapping):
     k_out, v_out = k_cache.detach().cpu().clone(), v_cache.detach().cpu().clone()
     page_size = k_cache.shape[1]
     for i, slot in enumerate(slot_mapping.cpu().tolist()):
-        if slot == -1:
+        if slot < 0:
             continue
         k_out[slot // page_size, slot % page_size] = k[i].cpu()
         v_out[slot // page_size, slot % page_size] = v[i].cpu()

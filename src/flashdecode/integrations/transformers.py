@@ -75,6 +75,9 @@ def paged_attention_forward(
         attention_mask: ignored (paged_attention_mask builds none).
         scaling: the softmax scale.
         flashdecode_step: the StepContext passed to the model's forward.
+        kwargs: the layer's other attention arguments. Those that change the result and that this function does
+            not implement raise ValueError: ``softcap``, ``s_aux`` (sinks), and a ``sliding_window`` shorter than the
+            cache's ``max_seq_len`` (a longer window masks nothing).
 
     Returns:
         (attn_output [B, S, Hq, D], None).
@@ -88,6 +91,7 @@ def paged_attention_forward(
     if dropout:
         raise ValueError(f"attention {ATTENTION_NAME!r} is for inference, got dropout={dropout}")
     cache, layer = step.cache, module.layer_idx
+    _refuse_unsupported(kwargs, cache.max_seq_len)
     k_pool, v_pool = cache.k_pools[layer], cache.v_pools[layer]
     if step.prefill:
         groups, num_kv_heads, length, head_dim = key.shape
@@ -107,6 +111,19 @@ def paged_attention_forward(
         query[:, :, 0], k_pool, v_pool, cache.seqlens, cache.block_table, scaling, step.attention_backend, None
     )
     return out[:, None], None
+
+
+def _refuse_unsupported(attention_kwargs, max_seq_len):
+    """ValueError for an attention argument that would change the result and that the paged path ignores."""
+    for name in ("softcap", "s_aux"):
+        if attention_kwargs.get(name) is not None:
+            raise ValueError(f"attention {ATTENTION_NAME!r} does not implement {name}; the model's layers pass {name}")
+    window = attention_kwargs.get("sliding_window")
+    if window is not None and window < max_seq_len:
+        raise ValueError(
+            f"attention {ATTENTION_NAME!r} does not implement sliding windows: sliding_window={window} is shorter "
+            f"than the {max_seq_len} tokens a sequence may reach (prompt + max_new_tokens, in whole pages)"
+        )
 
 
 def paged_attention_mask(*args, **kwargs):
@@ -158,26 +175,35 @@ def generate(
     Args:
         model: a transformers causal LM using the AttentionInterface (Llama, Qwen2, Mistral, ...), in eval mode.
             Its attention implementation is switched to ATTENTION_NAME for the call and restored afterwards.
-        prompts: list of non-empty 1-D token sequences (lists of ints or int tensors), of any lengths.
-        max_new_tokens: tokens to generate per prompt (fewer if ``eos_token_id`` comes first; it is kept).
+        prompts: a non-empty list of non-empty 1-D token sequences (lists of ints or integer tensors), of any
+            lengths, or a 2-D integer tensor of prompts of one length.
+        max_new_tokens: tokens to generate per prompt (fewer if an ``eos_token_id`` comes first; it is kept).
         max_batch: batch rows, i.e. sequences resident at once (default: all prompts). Further prompts wait in a
             queue and join when a sequence finishes.
         page_size, num_pages: the cache's pages; num_pages defaults to enough for max_batch sequences of the
             longest prompt + max_new_tokens. A prompt is admitted only when the pool can hold it to the end.
+        eos_token_id: an int or a list of ints that end a sequence; None: no token does. (``model.generate``
+            reads ``model.generation_config.eos_token_id`` when given none: pass it here for the same stops.)
         attention_backend: ``decode_attention``'s backend for decode steps ("auto": Triton on CUDA).
         append_backend: ``append_kv``'s backend ("auto": Triton on CUDA).
         cuda_graph: capture the decode step in a CUDA graph once and replay it (CUDA only). If capture fails, the
             loop runs eagerly and says why in ``notes``.
 
     Returns:
-        GenerateOutput; ``tokens[i]`` equals ``model.generate(prompts[i], do_sample=False)``'s new tokens, up to
-        floating-point near-ties between the top two logits.
+        GenerateOutput; ``tokens[i]`` equals ``model.generate(prompts[i], do_sample=False)``'s new tokens with the
+        same eos ids, up to floating-point near-ties between the top two logits.
+
+    Raises:
+        ValueError / TypeError naming the argument for a bad one; ValueError for a model with sliding-window layers
+        (``layer_types``, or a ``sliding_window`` shorter than the longest sequence), logit softcapping or sinks.
     """
-    prompts = [torch.as_tensor(p, dtype=torch.long).flatten() for p in prompts]
-    if any(p.numel() == 0 for p in prompts):
-        raise ValueError(f"prompts must be non-empty, got lengths {[p.numel() for p in prompts]}")
+    prompts = _prompt_ids(prompts)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    for name, value in dict(page_size=page_size, max_batch=max_batch, num_pages=num_pages).items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be an int >= 1{'' if name == 'page_size' else ' or None'}, got {value!r}")
+    eos = _eos_ids(eos_token_id)
     config = model.config
     layer_types = getattr(config, "layer_types", None) or []
     if any(t != "full_attention" for t in layer_types):
@@ -199,23 +225,58 @@ def generate(
         dtype=dtype,
         device=device,
     )
+    # models without layer_types (Mistral, Phi3, ...) pass the config's window to every layer: refuse it up front
+    # rather than at the first forward (the forward checks what each layer passes, whatever the model)
+    if not layer_types:
+        _refuse_unsupported(dict(sliding_window=getattr(config, "sliding_window", None)), cache.max_seq_len)
     previous = config._attn_implementation
     model.set_attn_implementation(register())
     try:
         with torch.inference_mode():
-            return _Loop(model, cache, prompts, max_new_tokens, eos_token_id, attention_backend, append_backend).run(
+            return _Loop(model, cache, prompts, max_new_tokens, eos, attention_backend, append_backend).run(
                 cuda_graph
             )
     finally:
         model.set_attn_implementation(previous)
 
 
+def _prompt_ids(prompts):
+    """The prompts as a list of 1-D int64 CPU tensors; ValueError / TypeError naming the prompt at fault."""
+    if isinstance(prompts, torch.Tensor) and prompts.dim() != 2:
+        raise ValueError(f"prompts as one tensor must be 2-D [num_prompts, length], got shape {tuple(prompts.shape)}")
+    ids = []
+    for i, prompt in enumerate(prompts):
+        t = torch.as_tensor(prompt)
+        if t.dim() != 1 or t.numel() == 0:
+            raise ValueError(f"prompts[{i}] must be a non-empty 1-D token sequence, got shape {tuple(t.shape)}")
+        if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+            raise TypeError(f"prompts[{i}] must hold integer token ids, got {t.dtype}")
+        ids.append(t.to(torch.long).cpu())
+    if not ids:
+        raise ValueError("prompts must hold at least one prompt, got none")
+    return ids
+
+
+def _eos_ids(eos_token_id):
+    """eos_token_id (None, an int, or ints in a list / tuple / set / tensor) as a frozenset of ints."""
+    if eos_token_id is None:
+        return frozenset()
+    ids = eos_token_id.flatten().tolist() if isinstance(eos_token_id, torch.Tensor) else eos_token_id
+    ids = [ids] if isinstance(ids, int) else ids
+    if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
+        isinstance(x, int) and not isinstance(x, bool) for x in ids
+    ):
+        raise TypeError(f"eos_token_id must be an int, a list of ints or None, got {eos_token_id!r}")
+    return frozenset(ids)
+
+
 class _Loop:
     """State of one ``generate`` call: the queue, the running rows, the static decode-step buffers."""
 
-    def __init__(self, model, cache, prompts, max_new_tokens, eos_token_id, attention_backend, append_backend):
+    def __init__(self, model, cache, prompts, max_new_tokens, eos, attention_backend, append_backend):
         self.model, self.cache, self.prompts = model, cache, prompts
-        self.max_new_tokens, self.eos = max_new_tokens, eos_token_id
+        # eos: frozenset of token ids that end a sequence
+        self.max_new_tokens, self.eos = max_new_tokens, eos
         self.backends = dict(attention_backend=attention_backend, append_backend=append_backend)
         self.out = GenerateOutput(tokens=[[] for _ in prompts])
         self.queue = collections.deque(range(len(prompts)))
@@ -308,7 +369,7 @@ class _Loop:
     def _emit(self, row, i, token):
         """Record prompt i's next token; a finished sequence frees its row and pages."""
         self.out.tokens[i].append(token)
-        if len(self.out.tokens[i]) >= self.max_new_tokens or token == self.eos:
+        if len(self.out.tokens[i]) >= self.max_new_tokens or token in self.eos:
             del self.running[row]
             self.cache.free(row)
 
