@@ -224,6 +224,28 @@ def test_out_overlapping_an_input_is_refused(device, no_launch):
         decode_attention(*c.args, out=pages.as_subclass(_Marked))
 
 
+def test_out_overlapping_itself_or_a_feature_tensor_is_refused(device, monkeypatch):
+    """Overlaps the address check of q .. block_table missed, each accepted with a wrong result before: an out with
+    a stride-0 (or interleaved) dim, out=q with q such a view, and sinks / ALiBi slopes inside out's memory."""
+    launched = []
+    for name in list(api._BACKEND_FNS):
+        monkeypatch.setitem(api._BACKEND_FNS, name, lambda *a, _n=name: launched.append(_n))
+    c = case([5, 20], 8, 2, 64, 16, torch.float32, device)
+    expanded = c.q[:1].clone().expand(c.q.shape)
+    for out, q in ((torch.empty_like(c.q[:1]).expand(c.q.shape), c.q), (expanded, expanded)):
+        with pytest.raises(ValueError, match=r"out's strides \(0, 64, 1\) .* may give two elements one address"):
+            decode_attention(q, *c.args[1:], out=out)
+    with pytest.raises(ValueError, match="may give two elements one address"):  # rows interleaved with each other
+        decode_attention(*c.args, out=torch.empty(64 * 9, device=device).as_strided(c.q.shape, (64, 64, 1)))
+    for name in ("sinks", "alibi_slopes"):
+        out = torch.zeros_like(c.q)
+        with pytest.raises(ValueError, match=f"out must not share memory with {name}"):
+            decode_attention(*c.args, out=out, **{name: out.view(-1)[64 : 64 + 8]})
+    assert launched == []
+    decode_attention(*c.args, out=torch.zeros_like(c.q), sinks=torch.zeros(8, device=device))  # separate: fine
+    assert len(launched) == 1
+
+
 class _Marked(torch.Tensor):
     """A tensor subclass with nothing added."""
 

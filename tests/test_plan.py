@@ -455,6 +455,12 @@ def test_plan_errors_name_the_argument(device):
         decode_attention(*c.args, plan=plan, window_left=7)
     with pytest.raises(TypeError, match="cache_seqlens must be int32"):
         plan_decode(c.q, c.k_cache, c.cache_seqlens.long(), c.block_table)
+    # the lengths it reads: one past the table sized the plan from it (2^31 - 1: 16385 chunks a sequence)
+    width = c.block_table.shape[1] * c.k_cache.shape[1]
+    for bad in (-3, width + 1, 2**31 - 1):
+        lens = torch.tensor([20, bad], dtype=torch.int32, device=device)
+        with pytest.raises(ValueError, match=rf"cache_seqlens\[1\] = {bad} must lie in \[0, {width}\]"):
+            plan_decode(c.q, c.k_cache, lens, c.block_table)
     assert isinstance(plan, DecodePlan) and plan.reason
     with pytest.raises(ValueError, match="num_splits must be None or an int >= 1"):
         dataclasses.replace(plan, num_splits=0)

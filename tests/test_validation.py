@@ -41,6 +41,8 @@ CASES = [
     ("seqlens rank", lambda c: dict(cache_seqlens=c.cache_seqlens[:, None]), ValueError, r"cache_seqlens must be \[B\], got 2 dims"),
     ("table rank", lambda c: dict(block_table=c.block_table[0]), ValueError, r"block_table must be \[B, max_pages\], got 1 dims"),
     ("group", lambda c: dict(q=c.q[:, :7]), ValueError, "q's 7 heads must be a multiple of k_cache's 2 KV heads"),
+    # 0 heads passed the multiple test and failed inside the kernels' launch configuration (ZeroDivisionError)
+    ("no heads", lambda c: dict(q=c.q[:, :0]), ValueError, r"q must have at least one head, got shape \(2, 0, 64\)"),
     ("head dim", lambda c: dict(q=c.q[..., :32]), ValueError, "k_cache head_dim must equal q's head_dim 32, got 64"),
     ("k dtype", lambda c: dict(k_cache=c.k_cache.float()), TypeError, "k_cache must have q's dtype torch.float16, got torch.float32"),
     ("v dtype", lambda c: dict(v_cache=c.v_cache.bfloat16()), TypeError, "v_cache must have q's dtype torch.float16, got torch.bfloat16"),

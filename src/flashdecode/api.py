@@ -500,6 +500,8 @@ def _as_paged(q, k_cache, v_cache, block_table, kv_layout):
 _CHECKED_META: dict = {}
 _CHECKED_META_MAX = 256
 _INPUT_NAMES = ("q", "k_cache", "v_cache", "cache_seqlens", "block_table")
+# the features' tensors in decode_attention's inputs tuple (after out and lse): (position, name)
+_FEATURE_INPUTS = ((7, "alibi_slopes"), (8, "sinks"), (9, "k_scale"), (10, "v_scale"))
 
 
 def _validate(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout="NHD", dense=False):
@@ -561,30 +563,51 @@ def _extent(t: torch.Tensor) -> int:
     return (sum((size - 1) * stride for size, stride in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
+def _may_overlap_itself(t: torch.Tensor) -> bool:
+    """Whether two elements of t may share an address: some dim's stride does not step past the span of the dims
+    with smaller strides (a stride-0 dim, an interleaving view). Exact for the layouts that views and expand make."""
+    if t.numel() == 0:
+        return False
+    span = 0
+    for stride, size in sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size > 1):
+        if stride <= span:
+            return True
+        span += (size - 1) * stride
+    return False
+
+
 def _check_out_overlap(inputs, ptrs, checked):
     """out may be q itself (each program reads its q rows before writing the same out rows), nothing else that
     shares memory with an input: compared by address range, so a view interleaved with q is refused too.
 
-    inputs: (q, k_cache, v_cache, cache_seqlens, block_table, out, ...); ptrs: their addresses (None: read here);
-    checked: the metadata's ``_Checked`` (``_validate``), with the byte extents."""
+    inputs: (q, k_cache, v_cache, cache_seqlens, block_table, out, lse, alibi_slopes, sinks, k_scale, v_scale, ...),
+    None where absent; ptrs: their addresses (None: read here); checked: the metadata's ``_Checked``
+    (``_validate``), with the byte extents of q .. block_table (the features' tensors are measured here)."""
     out_extent, same_strides = checked.out_span
     if out_extent == 0:
         return
     out = inputs[5]
     if ptrs is None:
-        ptrs = [t.data_ptr() for t in inputs[:6]]
+        ptrs = [None if t is None else t.data_ptr() for t in inputs]
     out0 = ptrs[5]
     same_as_q = same_strides and out0 == ptrs[0]
     for i, extent in enumerate(checked.extents):
         start = ptrs[i]
-        # address ranges intersect and the same allocation (a separate one is never an overlap)
         if extent and start < out0 + out_extent and out0 < start + extent and not (i == 0 and same_as_q):
-            t = inputs[i]
-            if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
-                raise ValueError(
-                    f"out must not share memory with {_INPUT_NAMES[i]} (only out=q, the same view, is allowed); "
-                    "pass a separate buffer"
-                )
+            _refuse_shared(inputs[i], out, _INPUT_NAMES[i])
+    for i, name in _FEATURE_INPUTS:
+        t = inputs[i]
+        if t is not None and ptrs[i] < out0 + out_extent and out0 < ptrs[i] + _extent(t):
+            _refuse_shared(t, out, name)
+
+
+def _refuse_shared(t, out, name):
+    """ValueError if t, whose address range intersects out's, lies in out's allocation (a separate one is never an
+    overlap)."""
+    if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+        raise ValueError(
+            f"out must not share memory with {name} (only out=q, the same view, is allowed); pass a separate buffer"
+        )
 
 
 def _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout, dense):
@@ -645,6 +668,8 @@ def _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout,
     num_kv_heads = k_cache.shape[2]
     if k_cache.shape[3] != head_dim:
         raise ValueError(f"k_cache head_dim must equal q's head_dim {head_dim}, got {k_cache.shape[3]}")
+    if num_q_heads == 0:
+        raise ValueError(f"q must have at least one head, got shape {tuple(q.shape)} (heads in dim -2)")
     if num_kv_heads == 0 or num_q_heads % num_kv_heads != 0:
         raise ValueError(f"q's {num_q_heads} heads must be a multiple of k_cache's {num_kv_heads} KV heads "
                          f"(dim {head_dim_kv} of {shown}, kv_layout {kv_layout!r})")
@@ -659,6 +684,9 @@ def _check_meta(q, k_cache, v_cache, cache_seqlens, block_table, out, kv_layout,
             raise ValueError(f"{name} must have q's batch size {batch} in dim 0, got {t.shape[0]}")
     if out is not None and out.shape != q.shape:
         raise ValueError(f"out must have q's shape {tuple(q.shape)}, got {tuple(out.shape)}")
+    if out is not None and _may_overlap_itself(out):
+        raise ValueError(f"out's strides {out.stride()} for shape {tuple(out.shape)} may give two elements one address "
+                         "(a stride-0 or interleaved dim; out=q then too): pass a dense buffer")  # fmt: skip
 
     # the kernels vectorise along the head dim, or along a token-major V page's tokens; any other stride is honoured
     for name, t in named.items():
