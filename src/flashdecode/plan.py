@@ -266,15 +266,16 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         return DecodePlan("triton", 1, False, "an empty batch launches nothing", shapes)
     common, _, splitk = api._kernels()
     lens = [int(n) for n in cache_seqlens.tolist()]
-    max_tokens = block_table.shape[1] * k_view.shape[1]
+    page_size = k_view.shape[1]
+    max_tokens = block_table.shape[1] * page_size
     bad = next((b for b, n in enumerate(lens) if not 0 <= n <= max_tokens), None)
     if bad is not None:
         # a length past the table would size the plan's grid from it (2^31 - 1: 16385 chunks a sequence)
         raise ValueError(f"cache_seqlens[{bad}] = {lens[bad]} must lie in [0, {max_tokens}], the tokens "
-                         f"block_table's {block_table.shape[1]} columns of {k_view.shape[1]} hold")  # fmt: skip
+                         f"block_table's {block_table.shape[1]} columns of {page_size} hold")  # fmt: skip
     # each sequence's visible tokens (after the window): what the device's test and cut read
     visible = [n - splitk.visible_start(n, window, features.q_len) for n in lens]
-    batch, num_kv_heads, page_size = q_in.shape[0], k_view.shape[2], k_view.shape[1]
+    batch, num_kv_heads = q_in.shape[0], k_view.shape[2]
     q_len, num_q_heads, head_dim = features.q_len, q_in.shape[-2], q_in.shape[-1]
     group, sms, kv_itemsize = num_q_heads // num_kv_heads, api._num_sms(q.device), k_view.element_size()
     even = common.even_lengths(visible, None, q_len)
