@@ -122,7 +122,8 @@ def main():
           + (f"{geomean(vs_fi):.3f}× same run, " if vs_fi else "") + f"{geomean(vs_peer):.3f}× PERF.md.")  # fmt: skip
     if old:
         slower = compare(results, args[1])
-        print("\n" + ("\n".join(slower) if slower else f"No row more than 5% slower than {old_meta['commit']}."))
+        same = f"No row more than 5% slower, or no longer ok, than at {old_meta['commit']}."
+        print("\n" + ("\n".join(slower) if slower else same))
     eager_table(results, old_results if old else [], before)
     if warm:
         warm_rows = graph_times(warm)

@@ -12,7 +12,6 @@ Run on the GPU machine (the peers need scripts/gpu_env.sh):
 """
 
 import argparse
-import itertools
 
 import torch
 
@@ -57,14 +56,10 @@ def main():
         from triton import knobs
         from triton.testing import do_bench, do_bench_cudagraph
 
-        cycle = itertools.cycle(copies)
-
-        def call():
-            return fn(next(cycle))
-
+        call, graph_call, captured = bench.cycling_calls(fn, copies)
         for _ in range(len(copies) + 2):
             call()
-        graph_us = do_bench_cudagraph(call, rep=50, return_mode="median") * 1e3
+        graph_us = do_bench_cudagraph(graph_call, rep=50, return_mode="median") * 1e3
         before = torch.cuda.memory_stats()
         watch.update(hits=0, misses=0)
         eager_us = do_bench(call, warmup=10, rep=50, return_mode="median") * 1e3
@@ -78,7 +73,7 @@ def main():
         print(f"    graph {graph_us:7.1f}  eager {eager_us:7.1f} again {again:7.1f}  replay hits {hits:5d} "
               f"misses {misses:4d}  cudaMalloc {delta['num_device_alloc']:3d} cudaFree {delta['num_device_free']:3d} "
               f"retries {delta['num_alloc_retries']:2d}  host/queued call {host:6.1f} µs  hook {hooked}", flush=True)
-        return graph_us, eager_us, None
+        return graph_us, eager_us, None, len(captured)
 
     bench.time_gpu = watched_time_gpu
     # one run_rows call, as the benchmark makes it: every backend on a row, row after row, in one process

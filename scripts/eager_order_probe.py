@@ -11,7 +11,6 @@ Run on the GPU machine: ``python scripts/eager_order_probe.py``. Prints graph / 
 """
 
 import gc
-import itertools
 import sys
 
 import torch
@@ -23,22 +22,18 @@ ROWS = [bench.Row([8192] * 128, 32, 8), bench.Row([2048] * 256, 32, 8), bench.Ro
 
 
 def time_gpu(fn, copies, variant):
-    cycle = itertools.cycle(copies)
-
-    def call():
-        return fn(next(cycle))
-
+    call, graph_call, captured = bench.cycling_calls(fn, copies)
     for _ in range(len(copies) + 2):
         call()
     if variant == "eager-first":
         eager = do_bench(call, warmup=10, rep=50, return_mode="median") * 1e3
-    graph = do_bench_cudagraph(call, rep=50, return_mode="median") * 1e3
+    graph = do_bench_cudagraph(graph_call, rep=50, return_mode="median") * 1e3
     if variant == "gc":
         gc.collect()
         torch.cuda.synchronize()
     if variant != "eager-first":
         eager = do_bench(call, warmup=10, rep=50, return_mode="median") * 1e3
-    return graph, eager, None
+    return graph, eager, None, len(captured)
 
 
 def main():

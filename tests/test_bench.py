@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from flashdecode.bench import PRESETS, ProbeLog, Row, compare, parse_ints, row_case, run_rows
+from flashdecode.bench import PRESETS, ProbeLog, Row, compare, l2_state, parse_ints, row_case, run_rows
 from flashdecode.cli import main
 
 
@@ -23,6 +23,9 @@ def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys, device):
     assert all(r["status"] == "ok" for r in results), [r for r in results if r["status"] != "ok"]
     for r in results:
         assert r["eager_us"] > 0 and r["bytes"] > 0 and r["flops"] > 0 and r["max_err"] <= r["tolerance"]
+        if r.get("graph_us"):  # the L2 label from the copies the CUDA graph read (GPU only)
+            assert 1 <= r["graph_copies"] <= r["copies"]
+            assert r["l2"] == l2_state(r["kv_bytes"], r["graph_copies"], meta["l2_bytes"])
         # the host's pace beside each eager timing (it moves with the pace)
         assert r["host_pace"]["python_us"] > 0 and r["host_pace"]["torch_op_us"] > 0
     md = (out / "results.md").read_text()
@@ -83,10 +86,21 @@ def test_parse_ints_and_compare(tmp_path):
     assert parse_ints("1,8,64") == [1, 8, 64]
     assert parse_ints("1024:8192:x2") == [1024, 2048, 4096, 8192]
     assert parse_ints("128:512:128") == [128, 256, 384, 512]
-    old = {"results": [{"row": "r", "backend": "b", "graph_us": 10.0}]}
+    old = {"results": [dict(row=r, backend="b", status="ok", graph_us=10.0, eager_us=30.0) for r in "rstuv"]
+           + [dict(row="w", backend="b", status="wrong")]}  # fmt: skip
     (tmp_path / "old.json").write_text(json.dumps(old))
-    assert compare([{"row": "r", "backend": "b", "graph_us": 10.4}], tmp_path / "old.json") == []
-    assert len(compare([{"row": "r", "backend": "b", "graph_us": 11.0}], tmp_path / "old.json")) == 1
+    ok = lambda row, **times: dict(row=row, backend="b", status="ok", **times)  # noqa: E731
+    now = [ok("r", graph_us=10.4, eager_us=99.0), ok("s", graph_us=11.0), ok("t", eager_us=31.0),
+           dict(row="u", backend="b", status="wrong", reason="max |out - ref| = 1 > 0.01; not timed"),
+           dict(row="w", backend="b", status="wrong")]  # fmt: skip
+    # within 5% (the eager column is not compared where both have graphs), > 5% slower, graph lost, no longer
+    # right, missing (v); a row that was not ok before is not a regression
+    assert compare(now, tmp_path / "old.json") == [
+        "SLOWER s b: 10.0 -> 11.0 us (1.10x)",
+        "NO GRAPH t b: graph 10.0 us before, now eager only",
+        "NOT OK u b: wrong: max |out - ref| = 1 > 0.01; not timed",
+        "MISSING v b: ok before, not in this run",
+    ]
 
 
 def test_probe_log_writes_json_lines_as_it_goes_and_the_table_again_last(tmp_path, monkeypatch, capsys):
@@ -205,3 +219,83 @@ def test_rows_in_a_serving_sized_table(device):
     assert [r["status"] for r in results] == ["ok", "ok"], results
     assert all(r["table_tokens"] == 512 and r["max_err"] <= r["tolerance"] for r in results)
     assert all(r.table_tokens == 131072 for r in PRESETS["tables"]())
+
+
+def test_rotation_is_sized_from_the_bytes_a_call_reads():
+    """Enough copies that the calls cycle through >= 3x L2 of the K/V they read: a tiny row got at most 32 copies
+    (1 x 128 28/4: 8.4 MB cycled against a 60 MB L2, labelled "rotated"), and a window row was sized from its pool."""
+    from flashdecode.bench import rotation_copies
+
+    l2 = 60 << 20
+    tiny = Row([128], 28, 4)
+    copies = rotation_copies(row_case(tiny, "cpu"), l2, tiny.kv_bytes())
+    assert len(copies) * tiny.kv_bytes() >= 3 * l2 > (len(copies) - 1) * tiny.kv_bytes()
+    assert len(rotation_copies(row_case(tiny, "cpu"), l2, 1000)) == 1024  # the count cap
+    assert len({c.k_cache.data_ptr() for c in copies}) == len(copies)
+    window = Row([4096], 8, 2, head_dim=64, window_left=255)
+    case = row_case(window, "cpu")
+    copies = rotation_copies(case, 8 << 20, window.kv_bytes())
+    assert len(copies) * window.kv_bytes() >= 3 * (8 << 20)
+    # capped by the memory the copies take; the label then says what the calls found
+    capped = rotation_copies(case, 8 << 20, window.kv_bytes(), max_bytes=3 * case.k_cache.nbytes * 2)
+    assert len(capped) == 3 and l2_state(window.kv_bytes(), len(capped), 8 << 20) == "warm"
+    assert l2_state(tiny.kv_bytes(), 32, l2) == "warm"
+    assert l2_state(30 << 20, 6, l2) == "rotated" and l2_state(200 << 20, 1, l2) == "cold"
+
+
+def test_rows_in_two_presets_run_once():
+    """anchor and dims both hold 64x4096 32/8: run twice, its records shared one name, so 'vs best other' compared
+    a backend with itself and results.md kept one copy."""
+    from argparse import Namespace
+
+    from flashdecode.bench import rows_from_args
+
+    args = Namespace(batch=None, seqlen=None, heads="32/8", head_dim=128, page_size=16, dtype="bf16",
+                     preset="anchor,dims")  # fmt: skip
+    names = [row.name() for row in rows_from_args(args, on_gpu=True)]
+    assert len(names) == len(set(names)) and "64x4096 32/8" in names
+    assert len(names) == len({r.name() for p in ("anchor", "dims") for r in PRESETS[p]()})
+
+
+def test_plot_panels_keep_cases_and_batches_apart():
+    """One panel per kind of case (an fp8 or windowed row is not a bf16 row), and a line never joins two batches at
+    one context length (the 28/4 anchor panel zigzagged between batch 1 and 8)."""
+    from flashdecode.plots import _groups, _series
+
+    def rec(seqlen, batch, **kw):
+        return dict(Row([seqlen] * batch, 28, 4, **kw).__dict__, status="ok", backend="b", batch=batch,
+                    max_seqlen=seqlen, seqlens=[seqlen], graph_us=1.0)  # fmt: skip
+
+    groups = _groups([rec(128, 1), rec(2048, 8), rec(2048, 8, kv_dtype="e4m3"), rec(4096, 1, window_left=127)])
+    assert sorted(len(g) for g in groups.values()) == [1, 1, 2]
+    assert _series({1: [(128, 5.0), (2048, 9.0)], 8: [(128, 7.0), (2048, 30.0)]}) == [
+        [(128, 5.0), (2048, 9.0)], [(128, 7.0), (2048, 30.0)]]
+    # rows of equal bytes (batch x length constant): one line across them
+    assert _series({64: [(1024, 4.0)], 16: [(4096, 4.1)]}) == [[(1024, 4.0), (4096, 4.1)]]
+
+
+def test_flash_attn_peer_reads_each_rotated_copy(monkeypatch):
+    """flash_attn's 256-token re-paging was built once from the first cache, so every rotated call read that copy
+    (timed warm under a "rotated" label). A stand-in flash_attn records the K it is given."""
+    import sys
+    import types
+
+    import torch
+
+    from flashdecode.bench import make_backend, rotation_copies
+
+    seen = []
+    fake = types.ModuleType("flash_attn")
+    fake.__version__ = "stand-in"
+    fake.flash_attn_with_kvcache = lambda q, k, v, **kw: seen.append(k.data_ptr()) or torch.zeros(q.shape)
+    monkeypatch.setitem(sys.modules, "flash_attn", fake)
+    for page in (16, 256):
+        row = Row([300, 40], 4, 2, head_dim=64, page_size=page)
+        case = row_case(row, "cpu")
+        copies = rotation_copies(case, l2_bytes=case.k_cache.nbytes, read_bytes=case.k_cache.nbytes * 3 // 4)
+        assert len(copies) == 4
+        fn = make_backend("flash_attn", case, row)
+        seen.clear()
+        for c in copies + copies:
+            fn(c)
+        assert len(set(seen)) == 4 and seen[:4] == seen[4:]

@@ -8,8 +8,10 @@ backend against the float64 reference (a wrong backend is marked and not timed),
 * ``host_pace``: the host's pace right after the eager timing (``measure_host_pace``), which the eager column
   moves with.
 
-Rows whose K/V fit a few times in L2 rotate through several copies of the cache so that calls do not find
-their data in L2; ``l2`` in the results says "rotated" or "warm". Bytes are counted from the actual lengths:
+Rows whose K/V fit a few times in L2 rotate through copies of the cache, as many as make the calls cycle through
+>= 3x L2 of the K/V they read, so that calls do not find their data in L2; ``l2`` in the results says "rotated",
+"cold" (one call reads >= 3x L2) or "warm", from the copies the CUDA graph actually read (``l2_state``). The eager
+column finds L2 flushed before each call (``do_bench``). Bytes are counted from the actual lengths:
 K + V of the valid tokens + q + out. % of peak is against the read bandwidth measured in the same process
 (``torch.sum`` over a 4 GiB tensor).
 """
@@ -346,14 +348,28 @@ def _l2_bytes(device) -> int:
     return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20)
 
 
-def rotation_copies(case, l2_bytes: int, max_copies: int = 32):
-    """Copies of the cache, enough that consecutive calls do not find K/V in L2 (>= 3x L2 in total)."""
-    pool = case.k_cache.numel() * case.k_cache.element_size() * 2
-    n = min(max_copies, max(1, math.ceil(3 * l2_bytes / max(pool, 1))))
+def rotation_copies(case, l2_bytes: int, read_bytes: int | None = None, max_bytes: int = 8 << 30,
+                    max_copies: int = 1024):  # fmt: skip
+    """Copies of the cache, enough that consecutive calls do not find K/V in L2: the calls cycle through >= 3x L2
+    of the K/V they read (``read_bytes`` a call; default the whole pool). Sized from the bytes read, not the pool,
+    so a window row reading a slice of a large pool gets enough copies. Capped at ``max_bytes`` of copies in all and
+    at ``max_copies`` (a CUDA graph of 50 ms holds a few thousand calls; the smallest anchor row, 1 x 128 28/4,
+    needs 720): past a cap the calls find some K/V in L2 and ``l2_state`` says "warm"."""
+    pool = case.k_cache.numel() * case.k_cache.element_size() + case.v_cache.numel() * case.v_cache.element_size()
+    read = read_bytes or pool
+    n = max(1, min(math.ceil(3 * l2_bytes / max(read, 1)), max_bytes // max(pool, 1), max_copies))
     copies = [case] + [
         dataclasses.replace(case, k_cache=case.k_cache.clone(), v_cache=case.v_cache.clone()) for _ in range(n - 1)
     ]
     return copies
+
+
+def l2_state(read_bytes: int, copies: int, l2_bytes: int) -> str:
+    """What the timed calls found in L2: "rotated" when they cycled through >= 3x L2 of distinct K/V over several
+    copies, "cold" when one call alone reads that much, else "warm" (some of it can sit in L2 between calls)."""
+    if copies * read_bytes >= 3 * l2_bytes:
+        return "rotated" if copies > 1 else "cold"
+    return "warm"
 
 
 def probe_case(seqlens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128):
@@ -426,35 +442,55 @@ def host_us_per_call(call, calls: int, synced: bool = False) -> float:
     return us
 
 
-def time_gpu(fn, copies) -> tuple[float | None, float, str | None]:
-    """(graph µs, eager µs, note): medians of CUDA-graph replays and of eager calls, cycling through the copies.
-
-    A backend that synchronises with the host (torch_naive reads the lengths) cannot be captured: its graph time
-    is None and the note says why. Each timing starts after a garbage collection and a device sync
-    (``_settle``): without them the timing that followed the plan's setup read 2-15% slow on the large rows
-    (scripts/eager_order_probe.py).
-    """
+def cycling_calls(fn, copies):
+    """(call, graph_call, captured): functions that call fn on the next copy, round and round; graph_call also adds
+    the id of each copy it passes while a CUDA graph is being captured to the set ``captured`` (the check costs
+    ~1 µs, so eager timings use call)."""
     import itertools
 
-    from triton.testing import do_bench, do_bench_cudagraph
+    import torch
 
     cycle = itertools.cycle(copies)
+    captured = set()
 
     def call():
         return fn(next(cycle))
 
+    def graph_call():
+        case = next(cycle)
+        if torch.cuda.is_current_stream_capturing():
+            captured.add(id(case))
+        return fn(case)
+
+    return call, graph_call, captured
+
+
+def time_gpu(fn, copies) -> tuple[float | None, float, str | None, int]:
+    """(graph µs, eager µs, note, copies in the graph): medians of CUDA-graph replays and of eager calls, cycling
+    through the copies.
+
+    The graph holds as many calls as ``do_bench_cudagraph`` estimates fit in its 50 ms; the last value counts the
+    distinct copies they read (fewer than ``copies`` when a slow call leaves room for fewer calls), for
+    ``l2_state``. The eager calls find L2 flushed: ``do_bench`` clears it before each call. A backend that
+    synchronises with the host (torch_naive reads the lengths) cannot be captured: its graph time is None and the
+    note says why. Each timing starts after a garbage collection and a device sync (``_settle``): without them the
+    timing that followed the plan's setup read 2-15% slow on the large rows (scripts/eager_order_probe.py).
+    """
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    call, graph_call, captured = cycling_calls(fn, copies)
     # warm-up outside the timed region: compilation, autotuning, planning
     for _ in range(len(copies) + 2):
         call()
     graph_us, note = None, None
     _settle()
     try:
-        graph_us = do_bench_cudagraph(call, rep=50, return_mode="median") * 1e3
+        graph_us = do_bench_cudagraph(graph_call, rep=50, return_mode="median") * 1e3
     except Exception as e:  # capture refused (host sync inside the call)
         note = f"no CUDA graph: {type(e).__name__}"
     _settle()
     eager_us = do_bench(call, warmup=10, rep=50, return_mode="median") * 1e3
-    return graph_us, eager_us, note
+    return graph_us, eager_us, note, len(captured)
 
 
 def _settle():
@@ -529,11 +565,12 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
         case = row_case(row, device, seed=len(results))
         ref_out, _ = reference_dense(*case.args, device=device, **row.feature_kwargs())
         tolerance = output_tolerance(case.args, ref_out, **row.feature_kwargs())
-        copies = rotation_copies(case, l2) if on_gpu and not warm_l2 else [case]
+        copies = rotation_copies(case, l2, row.kv_bytes()) if on_gpu and not warm_l2 else [case]
         for name in backends:
             bar.set_description(f"{row.name()} {name}")
             rec = _base_record(row, name)
-            rec["l2"] = "rotated" if len(copies) > 1 else ("warm" if on_gpu and row.kv_bytes() < 3 * l2 else "cold")
+            # what the graph found in L2: planned from the copies here, set from the copies it read once timed
+            rec["l2"] = l2_state(row.kv_bytes(), len(copies), l2)
             rec["copies"] = len(copies)
             try:
                 fn = make_backend(name, case, row)
@@ -544,8 +581,10 @@ def run_rows(rows, backends, device, *, progress=True, sabotage=None, on_row=Non
                 if not ok:
                     rec.update(status="wrong", reason=f"max |out - ref| = {err:.3g} > {tolerance:.3g}; not timed")
                 elif on_gpu:
-                    graph_us, eager_us, note = time_gpu(fn, copies)
-                    rec.update(status="ok", graph_us=graph_us, eager_us=eager_us)
+                    graph_us, eager_us, note, graph_copies = time_gpu(fn, copies)
+                    rec.update(status="ok", graph_us=graph_us, eager_us=eager_us, graph_copies=graph_copies)
+                    if graph_us:
+                        rec["l2"] = l2_state(row.kv_bytes(), graph_copies, l2)
                     if note:
                         rec["reason"] = note
                 else:
@@ -671,11 +710,12 @@ def _run(cmd) -> str | None:
 # ---------------------------------------------------------------------------------------------- reporting
 
 
-def _cell(rec):
+def _cell(rec, on_gpu):
     if rec["status"] != "ok":
         return rec["status"]
-    t = rec.get("graph_us") or rec.get("eager_us")
-    return f"{t:.1f}"
+    if on_gpu and not rec.get("graph_us"):  # no CUDA graph (a host sync in the call): its eager time, marked
+        return f"{rec['eager_us']:.1f} (eager)"
+    return f"{rec.get('graph_us') or rec.get('eager_us'):.1f}"
 
 
 def markdown_table(results, meta) -> str:
@@ -690,7 +730,8 @@ def markdown_table(results, meta) -> str:
         ok = [r for r in recs if r and r["status"] == "ok"]
         best = min(ok, key=lambda r: r.get("graph_us") or r.get("eager_us"))["backend"] if ok else "-"
         mb = recs[0]["kv_bytes"] / 1e6 if recs[0] else 0
-        lines.append(f"| {row} | {mb:.1f} | " + " | ".join(_cell(r) if r else "" for r in recs) + f" | {best} |")
+        cells = " | ".join(_cell(r, bool(meta.get("gpu"))) if r else "" for r in recs)
+        lines.append(f"| {row} | {mb:.1f} | {cells} | {best} |")
     head = (
         f"{unit}; GPU {meta.get('gpu')}, commit {str(meta.get('commit'))[:10]}"
         f"{' (dirty)' if meta.get('dirty') else ''}, "
@@ -733,17 +774,30 @@ def terminal_table(results) -> str:
 
 
 def compare(results, previous_path, threshold=0.05) -> list[str]:
-    """Lines for the (row, backend) pairs more than ``threshold`` slower than in a previous results.json."""
+    """Lines for the (row, backend) pairs of a previous results.json that got worse: more than ``threshold``
+    slower (graph times, or eager where neither run has one), timed eagerly now where a graph was timed before,
+    or no longer ok ("wrong", "error", "skipped", or missing from this run)."""
     with open(previous_path) as f:
         before = {(r["row"], r["backend"]): r for r in json.load(f)["results"]}
+    now = {(r["row"], r["backend"]): r for r in results}
     lines = []
-    for r in results:
-        old = before.get((r["row"], r["backend"]))
-        key = "graph_us" if r.get("graph_us") else "eager_us"
-        if old and old.get(key) and r.get(key) and r[key] > old[key] * (1 + threshold):
-            lines.append(
-                f"SLOWER {r['row']} {r['backend']}: {old[key]:.1f} -> {r[key]:.1f} us ({r[key] / old[key]:.2f}x)"
-            )
+    for pair, old in before.items():
+        if old.get("status") != "ok":
+            continue
+        r = now.get(pair)
+        name = f"{pair[0]} {pair[1]}"
+        if r is None:
+            lines.append(f"MISSING {name}: ok before, not in this run")
+        elif r["status"] != "ok":
+            lines.append(f"NOT OK {name}: {r['status']}{': ' + r['reason'] if r.get('reason') else ''}")
+        elif old.get("graph_us") and not r.get("graph_us"):
+            lines.append(f"NO GRAPH {name}: graph {old['graph_us']:.1f} us before, now eager only")
+        else:
+            key = "graph_us" if r.get("graph_us") else "eager_us"
+            if old.get(key) and r.get(key) and r[key] > old[key] * (1 + threshold):
+                lines.append(
+                    f"SLOWER {name}: {old[key]:.1f} -> {r[key]:.1f} us ({r[key] / old[key]:.2f}x)"
+                )
     return lines
 
 
@@ -791,7 +845,8 @@ def add_bench_arguments(p):
         f"{', '.join(CPU_DEFAULT)} on CPU)",
     )
     p.add_argument("--out", help="folder for results.json, results.md and the plots")
-    p.add_argument("--compare", help="a previous results.json: print the rows more than 5%% slower")
+    p.add_argument("--compare", help="a previous results.json: print the rows more than 5%% slower, or ok there and "
+                   "not now (wrong, error, skipped, missing, no CUDA graph)")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
                    help="auto (default): cuda if torch sees a GPU, else cpu")
     p.add_argument("--warm-l2", action="store_true", help="no cache rotation: small rows then read K/V from L2")
@@ -813,7 +868,11 @@ def rows_from_args(args, on_gpu) -> list[Row]:
             if args.dtype != "bf16" and not args.batch:
                 row = dataclasses.replace(row, dtype=args.dtype)
             rows.append(row)
-    return rows
+    # a row in two presets (anchor and dims share 64x4096 32/8) runs once: records are keyed by the row's name
+    unique = {}
+    for row in rows:
+        unique.setdefault(row.name(), row)
+    return list(unique.values())
 
 
 def cmd_bench(args) -> int:
@@ -857,7 +916,7 @@ def cmd_bench(args) -> int:
         print(f"wrote {args.out}/results.json, results.md and plots")
     if args.compare:
         slower = compare(results, args.compare)
-        print("\n".join(slower) if slower else f"no row more than 5% slower than {args.compare}")
+        print("\n".join(slower) if slower else f"no row more than 5% slower or no longer ok than in {args.compare}")
     return 0
 
 

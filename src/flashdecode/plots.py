@@ -9,14 +9,29 @@ __all__ = ["plot_results"]
 
 
 def _groups(results):
-    """Uniform-length rows that ran, grouped by head geometry, head dim, page size and dtype."""
+    """Uniform-length rows that ran, grouped by everything but their shape: head geometry, head dim, page size,
+    dtype and the features (fp8 cache, window, token-major V, table capacity), so one panel holds one kind of case."""
     groups = {}
     for r in results:
         if r["status"] != "ok" or len(r["seqlens"]) != 1:
             continue
         key = f"{r['num_q_heads']}/{r['num_kv_heads']} heads, D{r['head_dim']}, page {r['page_size']}, {r['dtype']}"
+        key += f", kv {r['kv_dtype']}" if r.get("kv_dtype") else ""
+        key += f", W{r['window_left']}" if r.get("window_left") is not None else ""
+        key += ", V token-major" if r.get("v_layout") == "token" else ""
+        key += f", table {r['table_tokens']}" if r.get("table_tokens") else ""
         groups.setdefault(key, []).append(r)
     return groups
+
+
+def _series(pts_by_other):
+    """Lines of one backend in one panel: {other coordinate: [(x, y)]} -> one line of all points when no x repeats
+    (a sweep, or rows of equal bytes), else one line per value of the other coordinate (rows of batch 1 and 8 at one
+    context length are not joined)."""
+    pts = [p for group in pts_by_other.values() for p in group]
+    if len({x for x, _ in pts}) == len(pts):
+        return [sorted(pts)]
+    return [sorted(group) for _, group in sorted(pts_by_other.items())]
 
 
 def _time(r):
@@ -76,20 +91,23 @@ def plot_results(results, meta, out_dir) -> list[str]:
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colors = {b: palette[i % len(palette)] for i, b in enumerate(dict.fromkeys(r["backend"] for r in results))}
     paths = []
-    for fname, x_key, y_fn, y_label, x_label in (
+    for fname, x_key, other_key, y_fn, y_label, x_label in (
         (
-            "gbps_vs_seqlen.png", "max_seqlen", lambda r: r.get("gbps"), "GB/s (K+V+q+out over time)",
+            "gbps_vs_seqlen.png", "max_seqlen", "batch", lambda r: r.get("gbps"), "GB/s (K+V+q+out over time)",
             "context length (tokens)",
         ),
-        ("us_vs_batch.png", "batch", _time, "µs per call", "batch size"),
+        ("us_vs_batch.png", "batch", "max_seqlen", _time, "µs per call", "batch size"),
     ):
         n = len(groups)
         fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.5), squeeze=False)
         for ax, (title, recs) in zip(axes[0], groups.items()):
             for backend in dict.fromkeys(r["backend"] for r in recs):
-                pts = sorted((r[x_key], y_fn(r)) for r in recs if r["backend"] == backend and y_fn(r))
-                if pts:
-                    ax.plot(*zip(*pts), marker="o", label=backend, color=colors[backend])
+                by_other = {}
+                for r in recs:
+                    if r["backend"] == backend and y_fn(r):
+                        by_other.setdefault(r[other_key], []).append((r[x_key], y_fn(r)))
+                for i, pts in enumerate(_series(by_other) if by_other else []):
+                    ax.plot(*zip(*pts), marker="o", label=backend if i == 0 else None, color=colors[backend])
             if peak and fname.startswith("gbps"):
                 ax.axhline(peak, color="gray", linestyle="--", linewidth=1, label=f"measured read peak {peak:.0f}")
             ax.set_xscale("log", base=2)
