@@ -62,3 +62,32 @@ def test_merge_validation():
         merge_states(o, lse, o.half(), lse)
     with pytest.raises(TypeError, match="out_a must be a torch.Tensor"):
         merge_states([1.0], lse, o, lse)
+
+
+def test_merge_of_parts_equals_the_whole_call_only_where_positions_do_not_matter():
+    """docs/features.md, "Features and merge_states": each call places its query at its own last position, so a
+    prefix part and a suffix part merge into the whole call for plain q_len = 1 attention and sinks given to one
+    part, and not with a window, ALiBi, sinks on both parts or q_len > 1. float64 reference, so a match is exact to
+    rounding and a mismatch is O(1)."""
+    page, cut = 8, 16
+    c = case([40, 64, 24], 4, 2, 32, page, torch.float32, "cpu", seed=3)
+    lens, table = c.cache_seqlens, c.block_table
+    head_lens, tail_lens = lens.clamp(max=cut), (lens - cut).clamp(min=0)
+    tail_table = table[:, cut // page :].contiguous()
+    sinks, slopes = torch.tensor([0.5, -1.0, 2.0, 0.3]), torch.tensor([0.25, 0.5, 0.125, 1.0])
+
+    def merged_vs_whole(q, head_kw, tail_kw, whole_kw):
+        call = lambda lens_, table_, kw: decode_attention(  # noqa: E731
+            q, c.k_cache, c.v_cache, lens_, table_, return_lse=True, backend="reference", **kw)
+        out, _ = merge_states(*call(head_lens, table, head_kw), *call(tail_lens, tail_table, tail_kw))
+        return max_err(out, call(lens, table, whole_kw)[0])
+
+    assert merged_vs_whole(c.q, {}, {}, {}) < 1e-6
+    assert merged_vs_whole(c.q, dict(sinks=sinks), {}, dict(sinks=sinks)) < 1e-6
+    assert merged_vs_whole(c.q, dict(sinks=sinks), dict(sinks=sinks), dict(sinks=sinks)) > 1e-3
+    alibi = dict(alibi_slopes=slopes)
+    assert merged_vs_whole(c.q, alibi, alibi, alibi) > 1e-3
+    window = dict(window_left=5)
+    assert merged_vs_whole(c.q, window, window, window) > 1e-3
+    two = torch.randn(3, 2, 4, 32, generator=torch.Generator().manual_seed(4))  # q_len 2: causal among them
+    assert merged_vs_whole(two, {}, {}, {}) > 1e-3

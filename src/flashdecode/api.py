@@ -128,7 +128,7 @@ def decode_attention(
             shape and strides: every program reads its q rows before it writes the same out rows), but it must
             not otherwise share memory with an input.
         return_lse: bool, also return the natural-log LSE, float32 with q's shape without D ([B, Hq] or
-            [B, q_len, Hq]).
+            [B, q_len, Hq]); -inf for an empty sequence (FlashInfer's wrappers return base 2 by default).
         kv_layout: "NHD" (token-major pages, the default) or "HND" (head-major pages); read through strides, no copy.
         deterministic: each sequence's output is bit-identical whatever else is in the batch: split boundaries
             fall every ``triton_splitk.DETERMINISTIC_SPLIT_TOKENS`` tokens of the sequence's own length and the
@@ -139,7 +139,8 @@ def decode_attention(
         sinks: [Hq] float32 sink logits (natural scale) that join each softmax denominator once (not the
             numerator); the returned lse includes them, an empty row gives out = 0 and lse = sink_h.
         window_left: int W >= 0, or None / -1 for off: the query at position p sees positions p - W .. p (W + 1
-            tokens, FlashAttention's / FlashInfer's window_left); pages wholly before the window are not read.
+            tokens, FlashAttention's / FlashInfer's window_left; a Hugging Face ``sliding_window`` of N tokens is
+            W = N - 1); pages wholly before the window are not read.
         k_scale, v_scale: per-tensor dequantisation scales of an fp8 cache (k = k_scale · k_fp8): Python floats
             or 0-d / 1-element float32 tensors on q's device (so a CUDA graph replays with new values); default 1.
             The features need backend "auto", "reference", "torch_naive", "triton" or "triton_splitk"

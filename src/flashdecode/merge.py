@@ -6,6 +6,11 @@ If (out_a, lse_a) is attention over keys A and (out_b, lse_b) over keys B (disjo
 
 evaluated relative to m = max(lse_a, lse_b) so no exp overflows. This is the flash-decoding combine as a public
 op (used for context parallelism and prefix/suffix caches). Bytes: reads both sides once, writes one.
+
+Parts computed by ``decode_attention`` merge into the whole call's result when each part's logits are the whole
+call's: q_len = 1 with no window and no ALiBi (each call places its query at its own last position), sinks given to
+one part only (docs/features.md, "Features and merge_states"). LSEs are natural logs; FlashInfer's wrappers return
+base-2 LSEs by default: multiply those by ln 2 before merging them with these.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ def merge_states(out_a, lse_a, out_b, lse_b):
 
     Args:
         out_a, out_b: [..., D] (e.g. [B, Hq, D]) in fp16, bf16 or fp32, same shape, dtype and device.
-        lse_a, lse_b: [...] float32 natural-log LSEs (e.g. [B, Hq]); -inf marks an empty side.
+        lse_a, lse_b: [...] float32 natural-log LSEs (e.g. [B, Hq]; a base-2 LSE times ln 2); -inf marks an empty
+            side.
 
     Returns:
         (out [..., D] in out_a's dtype, lse [...] float32). An empty side contributes nothing (its out may hold
