@@ -56,3 +56,24 @@ def test_fp8_with_features_and_multi_token(device):
 def test_one_scale_as_tensor_the_other_default(device):
     args = fp8_case([3, 40], "e5m2", torch.bfloat16, device, seed=53, k_scale=1.0, v_scale=0.3)
     check(args, "triton", None, v_scale=torch.tensor(0.3, device=device))
+
+
+@pytest.mark.parametrize("backend,num_splits", RUNS, ids=RUN_IDS)
+def test_16_bit_tiles_into_the_dot_as_on_the_gpu(backend, num_splits, device, monkeypatch):
+    """The GPU's path for fp16 (and fp8 under an fp16 q): tiles go into ``tl.dot`` unconverted (DOT_F32 False).
+    Under the interpreter ``dot_in_fp32`` upcasts every dtype (its bf16 dot is wrong), so no other CPU test runs
+    that branch: a mutation dropping its accumulator's rescale passed test_backends, test_fp8 and test_contracts,
+    and fails here in the single pass and fixed splits (planned chunks here are one tile). fp16 dots are right
+    in the interpreter, so here the GPU's rule is forced, over sequences of several tiles (and chunks of several
+    tiles with 3 splits), for an fp16 cache and an e5m2 one (its fp16 clamp)."""
+    from flashdecode import launcher, triton_single, triton_splitk
+
+    gpu_rule = lambda dtype: dtype == torch.float32  # noqa: E731
+    monkeypatch.setattr(triton_single, "dot_in_fp32", gpu_rule)
+    monkeypatch.setattr(triton_splitk, "dot_in_fp32", gpu_rule)
+    monkeypatch.setattr(launcher, "ENABLED", False)  # a recorded launch would replay the other branch
+    lens = [0, 1, 17, 3 * 64 + 5, 400]
+    c = case(lens, 16, 2, 64, 16, torch.float16, device, seed=61)
+    check(c.args, backend, num_splits)
+    check(fp8_case(lens, "e5m2", torch.float16, device, seed=62, hq=16), backend, num_splits, k_scale=0.05,
+          v_scale=0.3)  # fmt: skip
