@@ -110,7 +110,7 @@ def run_one(row, kind, cfg, fn, case, ref, tol, copies):
         if err > tol:
             rec["error"] = f"wrong: max |out - ref| = {err:.3g} > {tol:.3g}; not timed"
         else:
-            graph_us, eager_us, note = time_gpu(fn, copies)
+            graph_us, eager_us, note, _ = time_gpu(fn, copies)
             rec.update(us=round(graph_us, 2) if graph_us else None, eager_us=round(eager_us, 2))
             rec["gbps"] = round(row.io_bytes() / graph_us / 1e3) if graph_us else None
             if note:

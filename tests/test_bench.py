@@ -23,8 +23,8 @@ def test_bench_tiny_writes_json_markdown_and_plots(tmp_path, capsys, device):
     assert all(r["status"] == "ok" for r in results), [r for r in results if r["status"] != "ok"]
     for r in results:
         assert r["eager_us"] > 0 and r["bytes"] > 0 and r["flops"] > 0 and r["max_err"] <= r["tolerance"]
-        if r.get("graph_us"):  # the L2 label from the copies the CUDA graph read (GPU only)
-            assert 1 <= r["graph_copies"] <= r["copies"]
+        if r.get("graph_us"):  # the graph reads every copy, and the L2 label says what it found (GPU only)
+            assert r["graph_copies"] == r["copies"]
             assert r["l2"] == l2_state(r["kv_bytes"], r["graph_copies"], meta["l2_bytes"])
         # the host's pace beside each eager timing (it moves with the pace)
         assert r["host_pace"]["python_us"] > 0 and r["host_pace"]["torch_op_us"] > 0
@@ -95,12 +95,15 @@ def test_parse_ints_and_compare(tmp_path):
            dict(row="w", backend="b", status="wrong")]  # fmt: skip
     # within 5% (the eager column is not compared where both have graphs), > 5% slower, graph lost, no longer
     # right, missing (v); a row that was not ok before is not a regression
+    now.append(dict(row="v", backend="c", status="ok", graph_us=1.0))  # row v ran, but not with backend b
     assert compare(now, tmp_path / "old.json") == [
         "SLOWER s b: 10.0 -> 11.0 us (1.10x)",
         "NO GRAPH t b: graph 10.0 us before, now eager only",
         "NOT OK u b: wrong: max |out - ref| = 1 > 0.01; not timed",
         "MISSING v b: ok before, not in this run",
     ]
+    # a run of one row and one backend compares that pair only
+    assert compare([ok("r", graph_us=10.0)], tmp_path / "old.json") == []
 
 
 def test_probe_log_writes_json_lines_as_it_goes_and_the_table_again_last(tmp_path, monkeypatch, capsys):

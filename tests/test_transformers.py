@@ -61,6 +61,10 @@ def test_single_prompt_equals_generate(arch):
     res = generate(model, [prompt], 16, page_size=4, attention_backend="torch_sdpa", append_backend="torch")
     assert res.tokens == [hf_greedy(model, prompt, 16)]
     assert model.config._attn_implementation == "sdpa"  # restored
+    # a prompt as a tokenizer returns it, [1, L]
+    again = generate(model, [torch.tensor([prompt])], 16, page_size=4, attention_backend="torch_sdpa",
+                     append_backend="torch")  # fmt: skip
+    assert again.tokens == res.tokens
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -137,11 +141,13 @@ def test_sliding_window_refused_unless_it_masks_nothing():
     sequences is refused (the loop attended to every token, giving other tokens); a window longer than them masks
     nothing, and the tokens equal generate()'s."""
     prompt = prompts_of([12])
-    with pytest.raises(ValueError, match=r"sliding_window=4 is shorter than the 20 tokens"):
-        generate(tiny_model("mistral", sliding_window=4), prompt, 8, page_size=4, attention_backend="torch_sdpa",
-                 append_backend="torch")  # fmt: skip
-    model = tiny_model("mistral", sliding_window=20)
-    res = generate(model, prompt, 8, page_size=4, attention_backend="torch_sdpa", append_backend="torch")
+    # 12 + 8 - 1 = 19 tokens at most a query attends to (the last token is never fed back), whatever the page size
+    for window in (4, 18):
+        with pytest.raises(ValueError, match=rf"sliding_window={window} is shorter than the 19 tokens"):
+            generate(tiny_model("mistral", sliding_window=window), prompt, 8, attention_backend="torch_sdpa",
+                     append_backend="torch")  # fmt: skip
+    model = tiny_model("mistral", sliding_window=19)
+    res = generate(model, prompt, 8, page_size=16, attention_backend="torch_sdpa", append_backend="torch")
     assert res.tokens == [hf_greedy(model, prompt[0], 8)]
 
 
@@ -173,6 +179,7 @@ def test_attention_refuses_arguments_it_would_ignore(kwargs, match):
     (dict(prompts=torch.tensor([1, 2, 3])), ValueError, r"must be 2-D \[num_prompts, length\], got shape \(3,\)"),
     (dict(prompts=[[1, 2], [1.5, 2.0]]), TypeError, r"prompts\[1\] must hold integer token ids, got torch.float32"),
     (dict(prompts=[[1, 2], []]), ValueError, r"prompts\[1\] must be a non-empty 1-D token sequence"),
+    (dict(prompts=[[[1, 2], [3, 4]]]), ValueError, r"prompts\[0\] must be a non-empty 1-D token sequence, got shape \(2, 2\)"),
     (dict(page_size=0), ValueError, "page_size must be an int >= 1, got 0"),
     (dict(max_batch=0), ValueError, "max_batch must be an int >= 1 or None, got 0"),
     (dict(num_pages=2.0), ValueError, "num_pages must be an int >= 1 or None, got 2.0"),

@@ -353,7 +353,7 @@ def rotation_copies(case, l2_bytes: int, read_bytes: int | None = None, max_byte
     """Copies of the cache, enough that consecutive calls do not find K/V in L2: the calls cycle through >= 3x L2
     of the K/V they read (``read_bytes`` a call; default the whole pool). Sized from the bytes read, not the pool,
     so a window row reading a slice of a large pool gets enough copies. Capped at ``max_bytes`` of copies in all and
-    at ``max_copies`` (a CUDA graph of 50 ms holds a few thousand calls; the smallest anchor row, 1 x 128 28/4,
+    at ``max_copies`` (``time_gpu`` lengthens its graph to read them all; the smallest anchor row, 1 x 128 28/4,
     needs 720): past a cap the calls find some K/V in L2 and ``l2_state`` says "warm"."""
     pool = case.k_cache.numel() * case.k_cache.element_size() + case.v_cache.numel() * case.v_cache.element_size()
     read = read_bytes or pool
@@ -469,9 +469,11 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None, int]:
     """(graph µs, eager µs, note, copies in the graph): medians of CUDA-graph replays and of eager calls, cycling
     through the copies.
 
-    The graph holds as many calls as ``do_bench_cudagraph`` estimates fit in its 50 ms; the last value counts the
-    distinct copies they read (fewer than ``copies`` when a slow call leaves room for fewer calls), for
-    ``l2_state``. The eager calls find L2 flushed: ``do_bench`` clears it before each call. A backend that
+    The graph holds as many calls as ``do_bench_cudagraph`` estimates fit in its ``rep`` of 50 ms, from five eager
+    calls; where that is fewer calls than copies (1 x 128 28/4's 720 copies got 325-678 calls in the first runs),
+    the graph is timed again with ``rep`` scaled up so that it reads every copy (up to 2 s). The last value counts
+    the distinct copies the graph read, for ``l2_state``. The eager calls find L2 flushed: ``do_bench`` clears it
+    before each call. A backend that
     synchronises with the host (torch_naive reads the lengths) cannot be captured: its graph time is None and the
     note says why. Each timing starts after a garbage collection and a device sync (``_settle``): without them the
     timing that followed the plan's setup read 2-15% slow on the large rows (scripts/eager_order_probe.py).
@@ -484,8 +486,15 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None, int]:
         call()
     graph_us, note = None, None
     _settle()
+    rep = 50
     try:
-        graph_us = do_bench_cudagraph(graph_call, rep=50, return_mode="median") * 1e3
+        for _ in range(3):
+            captured.clear()
+            graph_us = do_bench_cudagraph(graph_call, rep=rep, return_mode="median") * 1e3
+            if len(captured) >= len(copies) or rep >= 2000:
+                break
+            rep = min(2000, math.ceil(rep * 1.25 * len(copies) / max(len(captured), 1)))
+            _settle()
     except Exception as e:  # capture refused (host sync inside the call)
         note = f"no CUDA graph: {type(e).__name__}"
     _settle()
@@ -776,13 +785,15 @@ def terminal_table(results) -> str:
 def compare(results, previous_path, threshold=0.05) -> list[str]:
     """Lines for the (row, backend) pairs of a previous results.json that got worse: more than ``threshold``
     slower (graph times, or eager where neither run has one), timed eagerly now where a graph was timed before,
-    or no longer ok ("wrong", "error", "skipped", or missing from this run)."""
+    or no longer ok ("wrong", "error", "skipped", or missing from this run). Rows and backends this run did not
+    ask for are not compared (a one-row run against a whole grid reports that row only)."""
     with open(previous_path) as f:
         before = {(r["row"], r["backend"]): r for r in json.load(f)["results"]}
     now = {(r["row"], r["backend"]): r for r in results}
+    rows, backends = {r["row"] for r in results}, {r["backend"] for r in results}
     lines = []
     for pair, old in before.items():
-        if old.get("status") != "ok":
+        if old.get("status") != "ok" or pair[0] not in rows or pair[1] not in backends:
             continue
         r = now.get(pair)
         name = f"{pair[0]} {pair[1]}"

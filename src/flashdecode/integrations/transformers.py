@@ -55,6 +55,9 @@ class StepContext:
 
     slot_mapping: [N] int32, N = G x prompt length (prefill of G prompts of one length, row-major) or max_batch
         (decode; -1 for inactive rows).
+    longest: the most tokens a query of the loop attends to (the longest prompt + max_new_tokens - 1: the last
+        token is generated, never fed back); None: the cache's max_seq_len. A sliding window at least this long
+        masks nothing.
     """
 
     cache: PagedKVCache
@@ -62,6 +65,7 @@ class StepContext:
     prefill: bool
     attention_backend: str = "auto"
     append_backend: str = "auto"
+    longest: int | None = None
 
 
 def paged_attention_forward(
@@ -76,8 +80,8 @@ def paged_attention_forward(
         scaling: the softmax scale.
         flashdecode_step: the StepContext passed to the model's forward.
         kwargs: the layer's other attention arguments. Those that change the result and that this function does
-            not implement raise ValueError: ``softcap``, ``s_aux`` (sinks), and a ``sliding_window`` shorter than the
-            cache's ``max_seq_len`` (a longer window masks nothing).
+            not implement raise ValueError: ``softcap``, ``s_aux`` (sinks), and a ``sliding_window`` shorter than
+            ``flashdecode_step.longest`` (a window that long masks nothing).
 
     Returns:
         (attn_output [B, S, Hq, D], None).
@@ -91,7 +95,7 @@ def paged_attention_forward(
     if dropout:
         raise ValueError(f"attention {ATTENTION_NAME!r} is for inference, got dropout={dropout}")
     cache, layer = step.cache, module.layer_idx
-    _refuse_unsupported(kwargs, cache.max_seq_len)
+    _refuse_unsupported(kwargs, step.longest or cache.max_seq_len)
     k_pool, v_pool = cache.k_pools[layer], cache.v_pools[layer]
     if step.prefill:
         groups, num_kv_heads, length, head_dim = key.shape
@@ -113,16 +117,18 @@ def paged_attention_forward(
     return out[:, None], None
 
 
-def _refuse_unsupported(attention_kwargs, max_seq_len):
-    """ValueError for an attention argument that would change the result and that the paged path ignores."""
+def _refuse_unsupported(attention_kwargs, longest):
+    """ValueError for an attention argument that would change the result and that the paged path ignores; a
+    sliding window (Hugging Face's: a query sees that many tokens, itself included) of at least ``longest`` tokens
+    masks nothing."""
     for name in ("softcap", "s_aux"):
         if attention_kwargs.get(name) is not None:
             raise ValueError(f"attention {ATTENTION_NAME!r} does not implement {name}; the model's layers pass {name}")
     window = attention_kwargs.get("sliding_window")
-    if window is not None and window < max_seq_len:
+    if window is not None and window < longest:
         raise ValueError(
             f"attention {ATTENTION_NAME!r} does not implement sliding windows: sliding_window={window} is shorter "
-            f"than the {max_seq_len} tokens a sequence may reach (prompt + max_new_tokens, in whole pages)"
+            f"than the {longest} tokens a query attends to (the longest prompt + max_new_tokens - 1)"
         )
 
 
@@ -175,8 +181,8 @@ def generate(
     Args:
         model: a transformers causal LM using the AttentionInterface (Llama, Qwen2, Mistral, ...), in eval mode.
             Its attention implementation is switched to ATTENTION_NAME for the call and restored afterwards.
-        prompts: a non-empty list of non-empty 1-D token sequences (lists of ints or integer tensors), of any
-            lengths, or a 2-D integer tensor of prompts of one length.
+        prompts: a non-empty list of non-empty 1-D token sequences (lists of ints or integer tensors, [1, L] ones
+            too, as a tokenizer returns them), of any lengths, or a 2-D integer tensor of prompts of one length.
         max_new_tokens: tokens to generate per prompt (fewer if an ``eos_token_id`` comes first; it is kept).
         max_batch: batch rows, i.e. sequences resident at once (default: all prompts). Further prompts wait in a
             queue and join when a sequence finishes.
@@ -195,7 +201,8 @@ def generate(
 
     Raises:
         ValueError / TypeError naming the argument for a bad one; ValueError for a model with sliding-window layers
-        (``layer_types``, or a ``sliding_window`` shorter than the longest sequence), logit softcapping or sinks.
+        (``layer_types``, or a ``sliding_window`` shorter than the longest prompt + max_new_tokens - 1, the most
+        tokens a query attends to), logit softcapping or sinks.
     """
     prompts = _prompt_ids(prompts)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -228,7 +235,7 @@ def generate(
     # models without layer_types (Mistral, Phi3, ...) pass the config's window to every layer: refuse it up front
     # rather than at the first forward (the forward checks what each layer passes, whatever the model)
     if not layer_types:
-        _refuse_unsupported(dict(sliding_window=getattr(config, "sliding_window", None)), cache.max_seq_len)
+        _refuse_unsupported(dict(sliding_window=getattr(config, "sliding_window", None)), max_seq_len - 1)
     previous = config._attn_implementation
     model.set_attn_implementation(register())
     try:
@@ -247,6 +254,8 @@ def _prompt_ids(prompts):
     ids = []
     for i, prompt in enumerate(prompts):
         t = torch.as_tensor(prompt)
+        if t.dim() == 2 and t.shape[0] == 1:  # one prompt as a tokenizer returns it, [1, L]
+            t = t[0]
         if t.dim() != 1 or t.numel() == 0:
             raise ValueError(f"prompts[{i}] must be a non-empty 1-D token sequence, got shape {tuple(t.shape)}")
         if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
@@ -277,7 +286,9 @@ class _Loop:
         self.model, self.cache, self.prompts = model, cache, prompts
         # eos: frozenset of token ids that end a sequence
         self.max_new_tokens, self.eos = max_new_tokens, eos
-        self.backends = dict(attention_backend=attention_backend, append_backend=append_backend)
+        # what every StepContext of the loop carries besides the cache, the slots and the mode
+        longest = max(p.numel() for p in prompts) + max_new_tokens - 1
+        self.backends = dict(attention_backend=attention_backend, append_backend=append_backend, longest=longest)
         self.out = GenerateOutput(tokens=[[] for _ in prompts])
         self.queue = collections.deque(range(len(prompts)))
         # row -> prompt index
