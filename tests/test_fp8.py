@@ -63,7 +63,7 @@ def test_16_bit_tiles_into_the_dot_as_on_the_gpu(backend, num_splits, device, mo
     """The GPU's path for fp16 (and fp8 under an fp16 q): tiles go into ``tl.dot`` unconverted (DOT_F32 False).
     Under the interpreter ``dot_in_fp32`` upcasts every dtype (its bf16 dot is wrong), so no other CPU test runs
     that branch: a mutation dropping its accumulator's rescale passed test_backends, test_fp8 and test_contracts,
-    and fails here in the single pass and fixed splits (planned chunks here are one tile). fp16 dots are right
+    and fails here on every path (the planned chunks span several tiles on 2 SMs). fp16 dots are right
     in the interpreter, so here the GPU's rule is forced, over sequences of several tiles (and chunks of several
     tiles with 3 splits), for an fp16 cache and an e5m2 one (its fp16 clamp)."""
     from flashdecode import launcher, triton_single, triton_splitk
@@ -72,6 +72,9 @@ def test_16_bit_tiles_into_the_dot_as_on_the_gpu(backend, num_splits, device, mo
     monkeypatch.setattr(triton_single, "dot_in_fp32", gpu_rule)
     monkeypatch.setattr(triton_splitk, "dot_in_fp32", gpu_rule)
     monkeypatch.setattr(launcher, "ENABLED", False)  # a recorded launch would replay the other branch
+    from flashdecode import api
+
+    monkeypatch.setattr(api, "_num_sms", lambda device: 2)  # few SMs: the planned chunks span several tiles
     lens = [0, 1, 17, 3 * 64 + 5, 400]
     c = case(lens, 16, 2, 64, 16, torch.float16, device, seed=61)
     check(c.args, backend, num_splits)
