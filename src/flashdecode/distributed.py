@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from .api import decode_attention
 from .merge import merge_states
-from .validation import check_bounds
+from . import validation
 
 __all__ = ["decode_attention_cp", "merge_gathered", "shard_paged_cache", "PagedShard", "LAYOUTS", "MERGES"]
 
@@ -220,12 +220,11 @@ def shard_paged_cache(k_cache, v_cache, cache_seqlens, block_table, world_size, 
     if block_table.shape[0] != cache_seqlens.shape[0]:
         raise ValueError(f"block_table must have a row per sequence ({cache_seqlens.shape[0]}), got "
                          f"{tuple(block_table.shape)}")  # fmt: skip
-    # lengths >= 0, within the table, and every page read inside the pool (the values are read on the host anyway)
-    check_bounds(cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1])
-
     page_size = k_cache.shape[1]
-    seqlens = cache_seqlens.tolist()
-    table = block_table.cpu()
+    # one copy to the host; lengths >= 0, within the table, and every page read inside the pool
+    lens, table = validation._on_host(cache_seqlens, block_table)
+    validation._check_bounds(lens, table, k_cache.shape[0], page_size)
+    seqlens = lens.tolist()
     # per rank and sequence: the global page ids it holds (in token order) and its token count
     pages = [[[] for _ in seqlens] for _ in range(world_size)]
     tokens = [[0] * len(seqlens) for _ in range(world_size)]
