@@ -172,6 +172,16 @@ def decode_attention(
         >>> out.shape, lse[1].tolist()[:2]
         (torch.Size([2, 8, 64]), [-inf, -inf])
     """
+    if launcher.on_another_gpu(q):
+        # Triton launches on the current device: make q's current for this call
+        with torch.cuda.device(q.device):
+            return decode_attention(
+                q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=softmax_scale, backend=backend,
+                num_splits=num_splits, out=out, return_lse=return_lse, kv_layout=kv_layout,
+                deterministic=deterministic, softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks,
+                window_left=window_left, k_scale=k_scale, v_scale=v_scale, validate=validate,
+                allow_shared_pages=allow_shared_pages, plan=plan,
+            )  # fmt: skip
     _validate_options(backend, num_splits, softmax_scale, kv_layout, deterministic)
     if plan is not None:
         _validate_plan(plan, backend, num_splits, deterministic)

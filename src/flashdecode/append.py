@@ -54,6 +54,10 @@ def append_kv(k, v, k_cache, v_cache, slot_mapping, *, backend="auto"):
         >>> k_cache[2, 1].tolist(), float(v_cache.sum())
         ([[1.0, 1.0, 1.0]], 6.0)
     """
+    if launcher.on_another_gpu(k):
+        # Triton launches on the current device: make k's current for this call
+        with torch.cuda.device(k.device):
+            return append_kv(k, v, k_cache, v_cache, slot_mapping, backend=backend)
     inputs = (k, v, k_cache, v_cache, slot_mapping)
     key = _replay_key(inputs, backend)
     if key is not None and launcher.replay(key, inputs):

@@ -10,6 +10,8 @@ Grid: (ceil(B * Hq / BLOCK_R),). Its PyTorch mirror is ``distributed.merge_gathe
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -82,8 +84,10 @@ def merge_gathered_triton(gathered: torch.Tensor, dtype: torch.dtype):
     if rows == 0:
         return out, lse
     grid = (cdiv(rows, BLOCK_R),)
-    _merge_gathered_kernel[grid](
-        gathered, out, lse, world, rows, gathered.stride(0),
-        HEAD_DIM=head_dim, BLOCK_R=BLOCK_R, BLOCK_D=max(16, next_power_of_2(head_dim)),
-    )  # fmt: skip
+    # Triton launches on the current device: gathered's, for a model split over GPUs in one process
+    with torch.cuda.device(gathered.device) if gathered.is_cuda else contextlib.nullcontext():
+        _merge_gathered_kernel[grid](
+            gathered, out, lse, world, rows, gathered.stride(0),
+            HEAD_DIM=head_dim, BLOCK_R=BLOCK_R, BLOCK_D=max(16, next_power_of_2(head_dim)),
+        )  # fmt: skip
     return out, lse

@@ -1,0 +1,72 @@
+"""Tensors on a GPU other than the current one, as in a model split over GPUs in one process (transformers'
+``device_map="auto"`` keeps cuda:0 current while later layers sit on cuda:1). Triton launches on the current
+device, so every entry point that launches a kernel must switch to its tensors' device; each test runs its calls
+with cuda:0 current on tensors of cuda:1 and compares with the float64 reference (or the torch path)."""
+
+import pytest
+import torch
+from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
+
+from flashdecode import append_kv, decode_attention, plan_decode
+from flashdecode.distributed import merge_gathered
+
+pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs in one process")
+
+OTHER = "cuda:1"
+
+
+def _hopper():
+    return torch.cuda.get_device_capability(1)[0] >= 9
+
+
+@pytest.mark.parametrize("backend", ["auto", "auto_plan", "triton", "triton_splitk", "triton_tma", "torch_sdpa"])
+def test_decode_on_the_second_gpu_while_the_first_is_current(backend):
+    if backend == "triton_tma" and not _hopper():
+        pytest.skip("triton_tma needs compute capability >= 9.0")
+    # ragged lengths with a long one (split-K), NaN in the unused pages and past each sequence in the table
+    c = case([0, 1, 17, 3000, 250], 16, 2, 128, 16, torch.bfloat16, OTHER, seed=11)
+    ref_out, ref_lse = reference_of(c)
+    tol_out, tol_lse = output_tolerance(c, ref_out, torch.bfloat16), lse_tolerance(c, ref_lse)
+    with torch.cuda.device(0):
+        kwargs = dict(backend=backend)
+        if backend == "auto_plan":
+            kwargs = dict(backend="auto", plan=plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table))
+        for call in range(3):  # the first call records its launches, the later ones replay them (launcher.py)
+            out = torch.full_like(c.q, float("nan"))
+            got, lse = decode_attention(*c.args, out=out, return_lse=True, **kwargs)
+            torch.cuda.synchronize(1)
+            assert got.device == torch.device(OTHER) and lse.device == torch.device(OTHER)
+            assert max_err(got, ref_out) <= tol_out, (backend, call)
+            assert lse_err(lse, ref_lse) <= tol_lse, (backend, call)
+        assert torch.cuda.current_device() == 0, "the call left cuda:0 current"
+
+
+def test_append_on_the_second_gpu_while_the_first_is_current():
+    k_cache = torch.zeros(6, 4, 2, 32, dtype=torch.bfloat16, device=OTHER)
+    v_cache = torch.zeros_like(k_cache)
+    k = torch.randn(5, 2, 32, dtype=torch.bfloat16, device=OTHER)
+    v = torch.randn_like(k)
+    slots = torch.tensor([0, 7, -1, 13, 23], dtype=torch.int32, device=OTHER)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    append_kv(k, v, want_k, want_v, slots, backend="torch")
+    with torch.cuda.device(0):
+        for _ in range(2):  # recorded, then replayed
+            got_k, got_v = k_cache.clone(), v_cache.clone()
+            append_kv(k, v, got_k, got_v, slots, backend="triton")
+            torch.cuda.synchronize(1)
+            assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+        assert torch.cuda.current_device() == 0
+
+
+def test_triton_merge_on_the_second_gpu_while_the_first_is_current():
+    gen = torch.Generator(device=OTHER).manual_seed(5)
+    gathered = torch.randn(3, 4, 8, 65, device=OTHER, generator=gen)
+    gathered[1, 2, :, -1] = float("-inf")  # one rank without tokens for one sequence
+    gathered[1, 2, :, :-1] = float("nan")
+    want_out, want_lse = merge_gathered(gathered, torch.float32, merge="torch")
+    with torch.cuda.device(0):
+        out, lse = merge_gathered(gathered, torch.float32, merge="triton")
+        torch.cuda.synchronize(1)
+        assert torch.cuda.current_device() == 0
+    torch.testing.assert_close(out, want_out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
