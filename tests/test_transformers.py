@@ -194,6 +194,15 @@ def test_generate_argument_errors(kwargs, error, match):
     assert model.config._attn_implementation == "sdpa"
 
 
+def test_model_split_over_devices_is_refused():
+    """One paged cache on model.device: a model whose layers sit on several devices is refused up front."""
+    model = tiny_model("llama")
+    model.model.layers[-1].to("meta")  # parameters on cpu and meta, as a device_map split leaves them
+    with pytest.raises(ValueError, match=r"takes a model on one device, got \['cpu', 'meta'\]"):
+        generate(model, [[1, 2, 3]], 2, attention_backend="torch_sdpa", append_backend="torch")
+    assert model.config._attn_implementation == "sdpa"
+
+
 def test_prompt_too_long_for_the_pool():
     model = tiny_model("llama")
     with pytest.raises(CacheFullError, match=r"prompt 1 \(20 tokens \+ 4 new\) needs 6 pages, the pool has 5"):

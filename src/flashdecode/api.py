@@ -172,8 +172,10 @@ def decode_attention(
         >>> out.shape, lse[1].tolist()[:2]
         (torch.Size([2, 8, 64]), [-inf, -inf])
     """
-    if launcher.on_another_gpu(q):
-        # Triton launches on the current device: make q's current for this call
+    # Triton launches on the current device: a call on another GPU's tensors (a model split over GPUs in one process
+    # keeps cuda:0 current) runs with q's current. The index is also the cached launcher's (read once: ~1 us)
+    current = torch.cuda.current_device() if isinstance(q, torch.Tensor) and q.is_cuda else None
+    if current is not None and q.get_device() != current:
         with torch.cuda.device(q.device):
             return decode_attention(
                 q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale=softmax_scale, backend=backend,
@@ -233,12 +235,11 @@ def decode_attention(
         # the cached launcher (launcher.py) replays calls whose metadata passed the checks
         key = None
         if ptrs is not None and not checked and launcher.ENABLED:
-            device = torch.cuda.current_device() if q.is_cuda else None
             options = (
-                backend, num_splits, softmax_scale, bool(return_lse), deterministic, device, feature_fields, plan
+                backend, num_splits, softmax_scale, bool(return_lse), deterministic, current, feature_fields, plan
             )  # fmt: skip
             key = (meta, options, launcher.address_key(ptrs))
-            if launcher.replay(key, inputs, device, ptrs):
+            if launcher.replay(key, inputs, current, ptrs):
                 return (out, lse) if return_lse else out
         # [B, 1, Hq, D] -> [B, Hq, D] views: no copy, strides kept
         one = len(q_shape) == 4 and q_shape[1] == 1

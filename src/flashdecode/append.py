@@ -54,12 +54,13 @@ def append_kv(k, v, k_cache, v_cache, slot_mapping, *, backend="auto"):
         >>> k_cache[2, 1].tolist(), float(v_cache.sum())
         ([[1.0, 1.0, 1.0]], 6.0)
     """
-    if launcher.on_another_gpu(k):
-        # Triton launches on the current device: make k's current for this call
+    # Triton launches on the current device: a call on another GPU's tensors runs with k's current
+    current = torch.cuda.current_device() if isinstance(k, torch.Tensor) and k.is_cuda else None
+    if current is not None and k.get_device() != current:
         with torch.cuda.device(k.device):
             return append_kv(k, v, k_cache, v_cache, slot_mapping, backend=backend)
     inputs = (k, v, k_cache, v_cache, slot_mapping)
-    key = _replay_key(inputs, backend)
+    key = _replay_key(inputs, backend, current)
     if key is not None and launcher.replay(key, inputs):
         return None
     _validate(k, v, k_cache, v_cache, slot_mapping, backend)
@@ -79,9 +80,9 @@ def append_kv(k, v, k_cache, v_cache, slot_mapping, *, backend="auto"):
     return None
 
 
-def _replay_key(inputs, backend):
+def _replay_key(inputs, backend, device):
     """The cached launcher's key (launcher.py): the backend asked for, every input's metadata (all that _validate
-    reads), the current device and how the addresses relate. A call is only recorded after its metadata passed
+    reads), the current device (its index, None off CUDA) and how the addresses relate. A call is only recorded after its metadata passed
     _validate, so a key that replays was checked. None (run the host code) for a non-tensor input or when off."""
     # a backend that is not one of ours goes to _validate's error (and may not even hash)
     valid_backend = isinstance(backend, str) and backend in APPEND_BACKENDS
@@ -89,7 +90,6 @@ def _replay_key(inputs, backend):
     if ptrs is None or None in ptrs:
         return None
     meta = tuple((t.shape, t.stride(), t.dtype, t.device) for t in inputs)
-    device = torch.cuda.current_device() if inputs[0].is_cuda else None
     return ("append_kv", backend, device, meta, launcher.address_key(ptrs))
 
 

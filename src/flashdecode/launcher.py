@@ -58,12 +58,6 @@ def clear() -> None:
     _cache.clear()
 
 
-def on_another_gpu(t) -> bool:
-    """Whether t is a CUDA tensor on a device other than the current one. Triton launches on the current device
-    (``JITFunction.run``, and the replays here), so the entry points run such a call under
-    ``torch.cuda.device(t.device)``: a model split over GPUs in one process keeps cuda:0 current."""
-    return isinstance(t, torch.Tensor) and t.is_cuda and t.get_device() != torch.cuda.current_device()
-
 
 # shared memory the GPU keeps per resident program (sm_80 and newer), on top of the kernel's own
 _SMEM_RESERVED_PER_PROGRAM = 1024

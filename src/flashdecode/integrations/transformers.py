@@ -200,7 +200,8 @@ def generate(
         same eos ids, up to floating-point near-ties between the top two logits.
 
     Raises:
-        ValueError / TypeError naming the argument for a bad one; ValueError for a model with sliding-window layers
+        ValueError / TypeError naming the argument for a bad one; ValueError for a model split over devices
+        (``device_map``; ``decode_attention`` itself takes tensors on any GPU), for a model with sliding-window layers
         (``layer_types``, or a ``sliding_window`` shorter than the longest prompt + max_new_tokens - 1, the most
         tokens a query attends to), logit softcapping or sinks.
     """
@@ -215,6 +216,10 @@ def generate(
     layer_types = getattr(config, "layer_types", None) or []
     if any(t != "full_attention" for t in layer_types):
         raise ValueError(f"only full-attention layers are supported, got layer_types {sorted(set(layer_types))}")
+    devices = sorted({str(p.device) for p in model.parameters()})
+    if len(devices) > 1:
+        # one paged cache on model.device: the layers elsewhere would get a device-mismatch error mid-prefill
+        raise ValueError(f"the loop keeps one cache on model.device and takes a model on one device, got {devices}")
     device, dtype = model.device, model.dtype
     if cuda_graph and device.type != "cuda":
         raise ValueError(f"cuda_graph=True needs a model on CUDA, got {device}")
