@@ -488,7 +488,7 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None, int]:
     _settle()
     rep = 50
     try:
-        for _ in range(3):
+        for _ in range(6):  # a loaded GPU (tests in parallel) can make do_bench_cudagraph's estimate swing
             captured.clear()
             graph_us = do_bench_cudagraph(graph_call, rep=rep, return_mode="median") * 1e3
             if len(captured) >= len(copies) or rep >= 2000:
