@@ -12,6 +12,7 @@ from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, ref
 import flashdecode.api as api
 from flashdecode import BACKENDS, decode_attention, plan_decode
 from flashdecode.env import env_flag
+from flashdecode.reference import gather_sequence
 from flashdecode.triton_common import launch_config
 
 # "auto" resolves to one of these two (tests/test_splitk.py::test_auto_rule)
@@ -436,6 +437,42 @@ def test_auto_takes_the_pytorch_path_above_the_triton_head_dims(device):
     plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     assert plan.backend == "torch_sdpa", plan
     assert torch.equal(decode_attention(*c.args, plan=plan), decode_attention(*c.args, backend="torch_sdpa"))
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk"])
+def test_batches_past_the_launch_limit_run_in_slices(backend, device, monkeypatch):
+    """More sequences than api.MAX_LAUNCH_BATCH (a CUDA grid's dim 1 holds 65535; 3 here): the backend runs on slices
+    of at most that many, into one out and lse (also out = q, and a dense HND cache), and a plan is refused. On the
+    H200 at the real limit: tests/test_gpu_devices.py::test_batch_past_the_grid_limit_runs_in_slices."""
+    c = case([0, 1, 17, 40, 5, 33, 16, 2], 4, 2, 32, 4, torch.float32, device, seed=9)
+    plan = plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    monkeypatch.setattr(api, "MAX_LAUNCH_BATCH", 3)
+    rows = []  # the batch of every backend call
+    for fn_name, fn in list(api._BACKEND_FNS.items()):
+        def spy(q, *args, _fn=fn, **kwargs):
+            rows.append(q.shape[0])
+            return _fn(q, *args, **kwargs)
+        monkeypatch.setitem(api._BACKEND_FNS, fn_name, spy)
+    out = torch.full_like(c.q, float("nan"))
+    got, lse = decode_attention(*c.args, backend=backend, out=out, return_lse=True)
+    assert got is out and rows == [3, 3, 2], rows
+    _assert_matches_reference(c, out, lse)
+    q = c.q.clone()
+    assert torch.equal(decode_attention(q, *c.args[1:], backend=backend, out=q), out)
+    # a dense HND cache [B, Hkv, max_len, D]: each slice reads its rows of the whole cache
+    dense = [torch.full((8, 2, 48, 32), float("nan"), device=device) for _ in range(2)]
+    for cache, d in zip((c.k_cache, c.v_cache), dense):
+        for b, n in enumerate(c.cache_seqlens.tolist()):
+            d[b, :, :n] = gather_sequence(cache, c.block_table[b], n).transpose(0, 1)
+    rows.clear()
+    got = decode_attention(c.q, *dense, c.cache_seqlens, None, kv_layout="HND", backend=backend)
+    assert rows == [3, 3, 2], rows
+    _assert_matches_reference(c, got)
+    with pytest.raises(ValueError, match=r"plan_decode takes at most 3 sequences \(api.MAX_LAUNCH_BATCH\), got 8"):
+        plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
+    if backend == "auto":
+        with pytest.raises(ValueError, match=r"a plan takes at most 3 sequences \(api.MAX_LAUNCH_BATCH\), got 8"):
+            decode_attention(*c.args, plan=plan)
 
 
 @pytest.mark.parametrize("value,on", [("0", False), ("false", False), ("No", False), (" OFF ", False),

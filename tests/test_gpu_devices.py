@@ -128,3 +128,24 @@ def test_append_on_a_side_stream_runs_after_the_work_queued_there():
             append_kv(k, v, got_k, got_v, slots, backend="triton")
         side.synchronize()
         assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+
+
+@one_gpu
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk", "triton_tma"])
+def test_batch_past_the_grid_limit_runs_in_slices(backend):
+    """70000 sequences: past a CUDA grid's 65535 on dim 1, where the kernels put the sequences; the call runs in
+    slices of api.MAX_LAUNCH_BATCH. 120 rows (the first, the last, and random ones) against the float64 reference."""
+    _skip_without_tma(backend, 0)
+    batch = 70000
+    gen = torch.Generator().manual_seed(3)
+    lengths = torch.randint(0, 41, (batch,), generator=gen).tolist()
+    c = case(lengths, 4, 2, 64, 16, torch.bfloat16, "cuda", seed=13)
+    out, lse = decode_attention(*c.args, backend=backend, return_lse=True)
+    rows = [torch.arange(40), torch.randint(40, batch - 40, (40,), generator=gen), torch.arange(batch - 40, batch)]
+    rows = torch.cat(rows).to("cuda")
+    sub = case([1], 4, 2, 64, 16, torch.bfloat16, "cuda")  # a PagedCase to hold the sampled rows
+    sub.q, sub.k_cache, sub.v_cache = c.q[rows], c.k_cache, c.v_cache
+    sub.cache_seqlens, sub.block_table = c.cache_seqlens[rows], c.block_table[rows]
+    ref_out, ref_lse = reference_of(sub)
+    assert max_err(out[rows], ref_out) <= output_tolerance(sub, ref_out, torch.bfloat16)
+    assert lse_err(lse[rows], ref_lse) <= lse_tolerance(sub, ref_lse)

@@ -44,6 +44,10 @@ BACKENDS = ("auto", "reference", "torch_naive", "torch_sdpa", "triton", "triton_
 # the backends that synchronise on the lengths for their own host loops: every call checks the values' bounds there
 # too (``validation.check_bounds``, a copy of the lengths and the table), as on CPU tensors
 HOST_READ_BACKENDS = ("reference", "torch_naive")
+# a batch of more sequences runs as one call per slice of this many on the Triton backends: a CUDA grid's dims 1 and
+# 2 stop at 65535, and the kernels put the sequences (the single pass, the combine) or the planned chunk slots (B plus
+# up to TAIL_EXTRA_PROGRAMS_PER_SM * SMs / Hkv) on dim 1
+MAX_LAUNCH_BATCH = 32768
 # the largest head dim the Triton kernels' tiles are sized for (``triton_common.launch_config``) and tested at
 TRITON_MAX_HEAD_DIM = 256
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -153,7 +157,9 @@ def decode_attention(
         allow_shared_pages: with validation on, accept pages read by several sequences (prefix caching).
         plan: a ``DecodePlan`` from ``flashdecode.plan_decode`` for these shapes (backend "auto", no num_splits,
             not deterministic): the kernels chosen from the lengths read once on the host, e.g. once per decode
-            step for all layers. Correct for any lengths; fast for those it was made from.
+            step for all layers. Correct for any lengths; fast for those it was made from. At most
+            ``MAX_LAUNCH_BATCH`` sequences: past that (a CUDA grid's limit) the Triton backends run the batch in
+            slices of that many, one call each, and refuse a plan.
 
     Returns:
         out with q's shape and dtype, or (out, lse) when return_lse. A sequence with 0 tokens gives out = 0 and
@@ -216,6 +222,18 @@ def decode_attention(
             cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], dense=dense, window_left=window,
             q_len=features.q_len,
         )  # fmt: skip
+    if q.shape[0] > MAX_LAUNCH_BATCH and backend.startswith(("auto", "triton")):
+        if plan is not None:
+            raise ValueError(
+                f"a plan takes at most {MAX_LAUNCH_BATCH} sequences (api.MAX_LAUNCH_BATCH), got {q.shape[0]}; call "
+                "without a plan, which runs the batch in slices"
+            )
+        options = dict(
+            softmax_scale=softmax_scale, backend=backend, num_splits=num_splits, deterministic=deterministic,
+            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, window_left=window_left, k_scale=k_scale,
+            v_scale=v_scale,
+        )  # fmt: skip
+        return _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, return_lse, options)
     q_shape = q.shape
     batch, head_dim = q_shape[0], q_shape[-1]
     out_given = out is not None
@@ -274,6 +292,25 @@ def decode_attention(
                 q_in, k_cache, v_cache, cache_seqlens, block_table, scale, out_in, lse_in, features, splits,
                 **plan_kwargs,
             )  # fmt: skip
+    return (out, lse) if return_lse else out
+
+
+def _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, return_lse, options):
+    """A batch past MAX_LAUNCH_BATCH: one call per slice of the sequences, into slices of one out (and lse). The
+    caches are the NHD views and block table of ``_as_paged`` (a dense cache's table of its rows), whole in every
+    call; the values were checked on the whole batch, if asked, so the slices skip that."""
+    batch = q.shape[0]
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
+    for start in range(0, batch, MAX_LAUNCH_BATCH):
+        rows = slice(start, start + MAX_LAUNCH_BATCH)
+        got = decode_attention(
+            q[rows], k_cache, v_cache, cache_seqlens[rows], block_table[rows], out=out[rows], return_lse=return_lse,
+            kv_layout="NHD", **options,
+        )  # fmt: skip
+        if return_lse:
+            lse[rows] = got[1]
     return (out, lse) if return_lse else out
 
 

@@ -253,6 +253,11 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     k_view, _, block_table = api._as_paged(q, k_cache, k_cache, block_table, kv_layout)
     api._validate(q, k_view, k_view, cache_seqlens, block_table, None, kv_layout, dense)
     features = api._validate_features(q, k_view, "auto", None, None, None, window_left, None, None)
+    if q.shape[0] > api.MAX_LAUNCH_BATCH:
+        raise ValueError(
+            f"plan_decode takes at most {api.MAX_LAUNCH_BATCH} sequences (api.MAX_LAUNCH_BATCH), got {q.shape[0]}; "
+            "decode_attention without a plan runs the batch in slices"
+        )
     window = features.window_left
     q_in = q[:, 0] if q.dim() == 4 and q.shape[1] == 1 else q
     shapes = call_shapes(q_in, k_view, block_table, window)
