@@ -184,3 +184,59 @@ def test_chained_calls_wait_for_the_kernel_before_them(name, graph, late_copy):
         torch.cuda.synchronize()
         for b, e in zip(bufs, expected):
             assert torch.equal(b, e), name
+
+
+@pytest.fixture(scope="module")
+def pool_past_int32():
+    """K and V pools of (2**17 + 256) pages of 16 x 8 x 128 bf16 (4.3 GB each, NaN where unused), so every element
+    of the top 256 pages lies past 2**31: the kernels must take their 64-bit offsets (``cache_offsets_fit_int32``)
+    and append must write there. Six sequences on shuffled top pages, one with page 0 among them."""
+    page, hkv, d, low = 16, 8, 128, 2**17
+    num_pages = low + 256
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    k_cache = torch.full((num_pages, page, hkv, d), float("nan"), dtype=torch.bfloat16, device="cuda")
+    v_cache = torch.full_like(k_cache, float("nan"))
+    lens = [1, 17, 300, 2000, 0, 129]
+    ids = (low + torch.randperm(256, generator=torch.Generator().manual_seed(5))).tolist()
+    table = torch.full((len(lens), 130), -1, dtype=torch.int32)
+    for b, n in enumerate(lens):
+        pages = [ids.pop() for _ in range(-(-n // page))]
+        if b == 5:
+            pages[0] = 0  # one page below 2**31
+        table[b, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+        for p in pages:
+            k_cache[p] = torch.randn(page, hkv, d, generator=gen, device="cuda")
+            v_cache[p] = torch.randn(page, hkv, d, generator=gen, device="cuda")
+    q = torch.randn(len(lens), 32, d, generator=gen, device="cuda").to(torch.bfloat16)
+    lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    yield q, k_cache, v_cache, lens, table.to("cuda"), ids
+    del k_cache, v_cache
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "triton_splitk", "triton_tma"])
+def test_pool_past_int32_offsets(backend, pool_past_int32):
+    from flashdecode.check import output_tolerance as tolerance
+    from flashdecode.reference import reference_dense
+    from flashdecode.triton_common import cache_offsets_fit_int32
+
+    args = pool_past_int32[:5]
+    assert not cache_offsets_fit_int32(args[1], args[2])
+    ref_out, _ = reference_dense(*args, device="cuda")
+    out = torch.full_like(args[0], float("nan"))
+    decode_attention(*args, backend=backend, out=out)
+    assert max_err(out, ref_out) <= tolerance(args, ref_out), backend
+
+
+def test_append_past_int32_offsets(pool_past_int32):
+    from flashdecode import append_kv
+
+    _, k_cache, v_cache, _, _, spare = pool_past_int32
+    page = k_cache.shape[1]
+    slots = torch.tensor([spare[0] * page + 3, spare[1] * page + 15, -1], dtype=torch.int32, device="cuda")
+    k = torch.randn(3, 8, 128, device="cuda").to(torch.bfloat16)
+    v = torch.randn_like(k)
+    append_kv(k, v, k_cache, v_cache, slots, backend="triton")
+    for i, (p, r) in enumerate([(spare[0], 3), (spare[1], 15)]):
+        assert torch.equal(k_cache[p, r], k[i]) and torch.equal(v_cache[p, r], v[i])
+    assert k_cache[spare[0], 2].isnan().all() and k_cache[spare[1], 14].isnan().all()
