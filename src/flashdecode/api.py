@@ -179,7 +179,7 @@ def decode_attention(
         (torch.Size([2, 8, 64]), [-inf, -inf])
     """
     # Triton launches on the current device: a call on another GPU's tensors (a model split over GPUs in one process
-    # keeps cuda:0 current) runs with q's current. The index is also the cached launcher's (read once: ~1 us)
+    # keeps cuda:0 current) runs with q's current. The index is also the cached launcher's key (read once: 0.5 us)
     current = torch.cuda.current_device() if isinstance(q, torch.Tensor) and q.is_cuda else None
     if current is not None and q.get_device() != current:
         with torch.cuda.device(q.device):

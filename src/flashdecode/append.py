@@ -82,8 +82,9 @@ def append_kv(k, v, k_cache, v_cache, slot_mapping, *, backend="auto"):
 
 def _replay_key(inputs, backend, device):
     """The cached launcher's key (launcher.py): the backend asked for, every input's metadata (all that _validate
-    reads), the current device (its index, None off CUDA) and how the addresses relate. A call is only recorded after its metadata passed
-    _validate, so a key that replays was checked. None (run the host code) for a non-tensor input or when off."""
+    reads), the current device (its index, None off CUDA) and how the addresses relate. A call is only recorded
+    after its metadata passed _validate, so a key that replays was checked. None (run the host code) for a
+    non-tensor input or when off."""
     # a backend that is not one of ours goes to _validate's error (and may not even hash)
     valid_backend = isinstance(backend, str) and backend in APPEND_BACKENDS
     ptrs = launcher.addresses(inputs) if launcher.ENABLED and valid_backend else None

@@ -473,12 +473,12 @@ def time_gpu(fn, copies) -> tuple[float | None, float, str | None, int]:
     calls; where that is fewer calls than copies (1 x 128 28/4's 720 copies got 325-678 calls in the first runs),
     the graph is timed again with ``rep`` scaled up so that it reads every copy (up to six times, ``rep`` at most
     20 s of estimated calls: the estimate comes from eager calls, which a GPU shared with other processes makes too
-    long; with a 2 s cap the native suite's 8 workers on one GPU left tiny rows at 643 and 807 of 1024 copies). The last value counts
-    the distinct copies the graph read, for ``l2_state``. The eager calls find L2 flushed: ``do_bench`` clears it
-    before each call. A backend that synchronises with the host (torch_naive reads the lengths) cannot be captured:
-    its graph time is None and the note says why. Each timing starts after a garbage collection and a device sync
-    (``_settle``): without them the timing that followed the plan's setup read 2-15% slow on the large rows
-    (scripts/eager_order_probe.py).
+    long; with a 2 s cap the native suite's 8 workers on one GPU left tiny rows at 643 and 807 of 1024 copies). The
+    last value counts the distinct copies the graph read, for ``l2_state``. The eager calls find L2 flushed:
+    ``do_bench`` clears it before each call. A backend that synchronises with the host (torch_naive reads the
+    lengths) cannot be captured: its graph time is None and the note says why. Each timing starts after a garbage
+    collection and a device sync (``_settle``): without them the timing that followed the plan's setup read 2-15%
+    slow on the large rows (scripts/eager_order_probe.py).
     """
     from triton.testing import do_bench, do_bench_cudagraph
 

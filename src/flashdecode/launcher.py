@@ -58,7 +58,6 @@ def clear() -> None:
     _cache.clear()
 
 
-
 # shared memory the GPU keeps per resident program (sm_80 and newer), on top of the kernel's own
 _SMEM_RESERVED_PER_PROGRAM = 1024
 # ...its allocation unit, and the most a launch may ask for without opting in per kernel
