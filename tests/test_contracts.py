@@ -481,6 +481,16 @@ def test_batches_past_the_launch_limit_run_in_slices(backend, device, monkeypatc
     got = decode_attention(c.q, *dense, c.cache_seqlens, None, kv_layout="HND", **options)
     assert rows == [3, 3, 2], rows
     _assert_matches_reference(c, got)
+    # shared pages (prefix caching) across slices, checked on the whole batch and, under FLASHDECODE_DEBUG, per slice
+    table = c.block_table.clone()
+    table[4, 0] = table[3, 0]  # in one slice
+    table[7, 0] = table[2, 0]  # across two
+    monkeypatch.setenv("FLASHDECODE_DEBUG", "1")
+    shared = decode_attention(c.q, c.k_cache, c.v_cache, c.cache_seqlens, table, validate=True, allow_shared_pages=True,
+                              **options)  # fmt: skip
+    keep = [0, 1, 2, 3, 5, 6]
+    assert torch.equal(shared[keep], out[keep])
+    monkeypatch.delenv("FLASHDECODE_DEBUG")
     with pytest.raises(ValueError, match=r"plan_decode takes at most 3 sequences \(api.MAX_LAUNCH_BATCH\), got 8"):
         plan_decode(c.q, c.k_cache, c.cache_seqlens, c.block_table)
     if backend == "auto":

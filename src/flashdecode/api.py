@@ -231,7 +231,7 @@ def decode_attention(
         options = dict(
             softmax_scale=softmax_scale, backend=backend, num_splits=num_splits, deterministic=deterministic,
             softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, window_left=window_left, k_scale=k_scale,
-            v_scale=v_scale,
+            v_scale=v_scale, allow_shared_pages=allow_shared_pages,  # FLASHDECODE_DEBUG checks each slice again
         )  # fmt: skip
         return _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, return_lse, options)
     q_shape = q.shape
