@@ -481,6 +481,10 @@ def test_batches_past_the_launch_limit_run_in_slices(backend, device, monkeypatc
     got = decode_attention(c.q, *dense, c.cache_seqlens, None, kv_layout="HND", **options)
     assert rows == [3, 3, 2], rows
     _assert_matches_reference(c, got)
+    # an out overlapping another slice's q rows (q shifted by 3 rows) is refused, as unsliced
+    buf = torch.zeros(11, *c.q.shape[1:], device=device)
+    with pytest.raises(ValueError, match="out must not share memory with q"):
+        decode_attention(buf[:-3], *c.args[1:], out=buf[3:], **options)
     # shared pages (prefix caching) across slices, checked on the whole batch and, under FLASHDECODE_DEBUG, per slice
     table = c.block_table.clone()
     table[4, 0] = table[3, 0]  # in one slice

@@ -222,7 +222,9 @@ def decode_attention(
             cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], dense=dense, window_left=window,
             q_len=features.q_len,
         )  # fmt: skip
-    if q.shape[0] > MAX_LAUNCH_BATCH and backend.startswith(("auto", "triton")):
+    if q.shape[0] > MAX_LAUNCH_BATCH and backend.startswith(("auto", "triton")) and (
+        q.is_cuda or _kernels()[0].interpreting()
+    ):
         if plan is not None:
             raise ValueError(
                 f"a plan takes at most {MAX_LAUNCH_BATCH} sequences (api.MAX_LAUNCH_BATCH), got {q.shape[0]}; call "
@@ -233,6 +235,10 @@ def decode_attention(
             softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, window_left=window_left, k_scale=k_scale,
             v_scale=v_scale, allow_shared_pages=allow_shared_pages,  # FLASHDECODE_DEBUG checks each slice again
         )  # fmt: skip
+        if out is not None:
+            # on the whole batch: a slice sees only its own rows of q, the lengths and the table
+            whole = (q, k_cache, v_cache, cache_seqlens, block_table, out, None) + features.launch_key_parts[1]
+            _check_out_overlap(whole + (None, None), None, meta)
         return _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, return_lse, options)
     q_shape = q.shape
     batch, head_dim = q_shape[0], q_shape[-1]
