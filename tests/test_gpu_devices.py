@@ -2,8 +2,8 @@
 (transformers' ``device_map="auto"`` keeps cuda:0 current while later layers sit on cuda:1): Triton launches on the
 current device, so every entry point that launches a kernel must switch to its tensors' device; those tests run
 their calls with cuda:0 current on tensors of cuda:1. And a call under ``torch.cuda.stream(s)`` must run on s,
-after the work queued there before it, first calls and replays alike. Each compares with the float64 reference
-(or the torch path)."""
+after the work queued there before it, first calls and replays alike. And a batch past a CUDA grid's 65535 on
+dim 1 runs (in slices). Each compares with the float64 reference (or the torch path)."""
 
 import pytest
 import torch
