@@ -1,0 +1,24 @@
+"""The fuzz test (tests/test_fuzz.py) with ``api.MAX_LAUNCH_BATCH`` = 2, so that every drawn batch of 3 or more
+sequences runs in slices (``api._decode_in_slices``), as a batch past 32768 does on a GPU.
+
+One process, no xdist (the patch must hold where the tests run); the plan backend is left out, since a plan refuses
+such batches. Runs on the CPU through the interpreter, from the repository root:
+
+    FLASHDECODE_FUZZ_EXAMPLES=60 .venv/bin/python scripts/fuzz_sliced.py
+
+2026-11-29 at 4ced008: 60 examples per backend, 300 examples, all passed in 10:57 on two CPU cores.
+"""
+
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"
+os.environ["FLASHDECODE_HYPOTHESIS_PROFILE"] = "fuzz"
+
+import pytest  # noqa: E402
+
+import flashdecode.api as api  # noqa: E402
+
+api.MAX_LAUNCH_BATCH = 2
+sys.exit(pytest.main(["-q", "-p", "no:xdist", "-p", "no:cacheprovider", "tests/test_fuzz.py", "-k",
+                      "matches_reference and not plan", "--hypothesis-profile", "fuzz"]))  # fmt: skip
