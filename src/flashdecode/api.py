@@ -222,24 +222,6 @@ def decode_attention(
             cache_seqlens, block_table, k_cache.shape[0], k_cache.shape[1], dense=dense, window_left=window,
             q_len=features.q_len,
         )  # fmt: skip
-    if q.shape[0] > MAX_LAUNCH_BATCH and backend.startswith(("auto", "triton")) and (
-        q.is_cuda or _kernels()[0].interpreting()
-    ):
-        if plan is not None:
-            raise ValueError(
-                f"a plan takes at most {MAX_LAUNCH_BATCH} sequences (api.MAX_LAUNCH_BATCH), got {q.shape[0]}; call "
-                "without a plan, which runs the batch in slices"
-            )
-        options = dict(
-            softmax_scale=softmax_scale, backend=backend, num_splits=num_splits, deterministic=deterministic,
-            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, window_left=window_left, k_scale=k_scale,
-            v_scale=v_scale, allow_shared_pages=allow_shared_pages,  # FLASHDECODE_DEBUG checks each slice again
-        )  # fmt: skip
-        if out is not None:
-            # on the whole batch: a slice sees only its own rows of q, the lengths and the table
-            whole = (q, k_cache, v_cache, cache_seqlens, block_table, out, None) + features.launch_key_parts[1]
-            _check_out_overlap(whole + (None, None), None, meta)
-        return _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, return_lse, options)
     q_shape = q.shape
     batch, head_dim = q_shape[0], q_shape[-1]
     out_given = out is not None
@@ -255,6 +237,22 @@ def decode_attention(
     ptrs = launcher.addresses(inputs)
     if out_given:
         _check_out_overlap(inputs, ptrs, meta)
+    if batch > MAX_LAUNCH_BATCH and backend.startswith(("auto", "triton")) and (
+        q.is_cuda or _kernels()[0].interpreting()
+    ):
+        if plan is not None:
+            raise ValueError(
+                f"a plan takes at most {MAX_LAUNCH_BATCH} sequences (api.MAX_LAUNCH_BATCH), got {batch}; call "
+                "without a plan, which runs the batch in slices"
+            )
+        options = dict(
+            softmax_scale=softmax_scale, backend=backend, num_splits=num_splits, deterministic=deterministic,
+            softcap=softcap, alibi_slopes=alibi_slopes, sinks=sinks, window_left=window_left, k_scale=k_scale,
+            v_scale=v_scale, allow_shared_pages=allow_shared_pages,  # FLASHDECODE_DEBUG checks each slice again
+        )  # fmt: skip
+        # after the whole batch's checks (out's overlap too: a slice sees only its own rows of q and the metadata)
+        _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, options)
+        return (out, lse) if return_lse else out
     if batch > 0:
         # the cached launcher (launcher.py) replays calls whose metadata passed the checks
         key = None
@@ -301,23 +299,18 @@ def decode_attention(
     return (out, lse) if return_lse else out
 
 
-def _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, return_lse, options):
-    """A batch past MAX_LAUNCH_BATCH: one call per slice of the sequences, into slices of one out (and lse). The
-    caches are the NHD views and block table of ``_as_paged`` (a dense cache's table of its rows), whole in every
+def _decode_in_slices(q, k_cache, v_cache, cache_seqlens, block_table, out, lse, options):
+    """A batch past MAX_LAUNCH_BATCH: one call per slice of the sequences, into slices of out (and lse, if not None).
+    The caches are the NHD views and block table of ``_as_paged`` (a dense cache's table of its rows), whole in every
     call; the values were checked on the whole batch, if asked, so the slices skip that."""
-    batch = q.shape[0]
-    if out is None:
-        out = torch.empty_like(q, memory_format=torch.contiguous_format)
-    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device) if return_lse else None
-    for start in range(0, batch, MAX_LAUNCH_BATCH):
+    for start in range(0, q.shape[0], MAX_LAUNCH_BATCH):
         rows = slice(start, start + MAX_LAUNCH_BATCH)
         got = decode_attention(
-            q[rows], k_cache, v_cache, cache_seqlens[rows], block_table[rows], out=out[rows], return_lse=return_lse,
-            kv_layout="NHD", **options,
+            q[rows], k_cache, v_cache, cache_seqlens[rows], block_table[rows], out=out[rows],
+            return_lse=lse is not None, kv_layout="NHD", **options,
         )  # fmt: skip
-        if return_lse:
+        if lse is not None:
             lse[rows] = got[1]
-    return (out, lse) if return_lse else out
 
 
 @functools.cache

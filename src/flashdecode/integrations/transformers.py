@@ -293,14 +293,14 @@ class _Loop:
         self.max_new_tokens, self.eos = max_new_tokens, eos
         # what every StepContext of the loop carries besides the cache, the slots and the mode
         longest = max(p.numel() for p in prompts) + max_new_tokens - 1
-        self.backends = dict(attention_backend=attention_backend, append_backend=append_backend, longest=longest)
+        self.step_fields = dict(attention_backend=attention_backend, append_backend=append_backend, longest=longest)
         self.out = GenerateOutput(tokens=[[] for _ in prompts])
         self.queue = collections.deque(range(len(prompts)))
         # row -> prompt index
         self.running: dict[int, int] = {}
         # [max_batch] the token each row feeds to the next decode step, updated in place by the step
         self.next_tokens = torch.zeros(cache.max_batch, dtype=torch.long, device=model.device)
-        self.decode_step = StepContext(cache, cache.slot_mapping, prefill=False, **self.backends)
+        self.decode_step = StepContext(cache, cache.slot_mapping, prefill=False, **self.step_fields)
         self.graph = None
 
     def run(self, cuda_graph):
@@ -369,7 +369,7 @@ class _Loop:
                 # [G, L] tokens, [G * L] slots row-major
                 ids = torch.stack([self.prompts[i] for _, i in chunk]).to(device)
                 slots = torch.cat([self.cache.slots(row, 0, length) for row in rows])
-                step = StepContext(self.cache, slots, prefill=True, **self.backends)
+                step = StepContext(self.cache, slots, prefill=True, **self.step_fields)
                 logits = self.model(
                     input_ids=ids,
                     position_ids=torch.arange(length, device=device)[None].expand(len(chunk), length),
