@@ -2,9 +2,12 @@
 sequences runs in slices (``api._decode_in_slices``), as a batch past 32768 does on a GPU.
 
 One process, no xdist (the patch must hold where the tests run); the plan backend is left out, since a plan refuses
-such batches. Runs on the CPU through the interpreter, from the repository root:
+such batches. Runs natively on a GPU, else on the CPU through the interpreter (tests/conftest.py's rule), from the
+repository root:
 
-    FLASHDECODE_FUZZ_EXAMPLES=60 .venv/bin/python scripts/fuzz_sliced.py
+    FLASHDECODE_FUZZ_EXAMPLES=60 .venv/bin/python scripts/fuzz_sliced.py [BACKENDS]
+
+BACKENDS, optional, narrows the run with a pytest -k expression (e.g. "auto" or "triton_splitk or auto").
 
 2026-11-29 at 4ced008: 60 examples per backend, 300 examples, all passed in 10:57 on two CPU cores.
 """
@@ -12,7 +15,10 @@ such batches. Runs on the CPU through the interpreter, from the repository root:
 import os
 import sys
 
-os.environ["TRITON_INTERPRET"] = "1"
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ["FLASHDECODE_HYPOTHESIS_PROFILE"] = "fuzz"
 
 import pytest  # noqa: E402
@@ -20,5 +26,6 @@ import pytest  # noqa: E402
 import flashdecode.api as api  # noqa: E402
 
 api.MAX_LAUNCH_BATCH = 2
+only = f" and ({sys.argv[1]})" if len(sys.argv) > 1 else ""
 sys.exit(pytest.main(["-q", "-p", "no:xdist", "-p", "no:cacheprovider", "tests/test_fuzz.py", "-k",
-                      "matches_reference and not plan", "--hypothesis-profile", "fuzz"]))  # fmt: skip
+                      "matches_reference and not plan" + only, "--hypothesis-profile", "fuzz"]))  # fmt: skip
