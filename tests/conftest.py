@@ -12,6 +12,11 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
+from interpreter_patch import patch_lang_once  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    patch_lang_once()
+
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
