@@ -1,5 +1,6 @@
 """tests/interpreter_patch.py changes the interpreter's speed, not its results: every kernel of a call (single pass,
-planner, partials with the fused merge, combine, append) gives bit-identical outputs with Triton's own ``_patch_lang``."""
+planner, partials with the fused merge, combine, append) gives bit-identical outputs with Triton's own ``_patch_lang``
+and overflow checks."""
 
 import os
 
@@ -30,12 +31,24 @@ def _calls():
 
 
 def test_outputs_are_bit_identical_with_and_without_the_patch(monkeypatch):
+    from triton.language.semantic import TritonSemantic
     from triton.runtime import interpreter
 
+    sanitize = TritonSemantic.binary_op_sanitize_overflow_impl
     assert hasattr(interpreter._patch_lang, "__wrapped_once__"), "tests/conftest.py did not install the patch"
+    assert hasattr(sanitize, "__wrapped_once__"), "tests/conftest.py did not install the patch"
     fast = _calls()
     monkeypatch.setattr(interpreter, "_patch_lang", interpreter._patch_lang.__wrapped_once__)
+    monkeypatch.setattr(TritonSemantic, "binary_op_sanitize_overflow_impl", sanitize.__wrapped_once__)
     slow = _calls()
     assert len(fast) == len(slow) == 10
     for a, b in zip(fast, slow):
         assert torch.equal(a, b)
+
+
+def test_the_skipped_overflow_check_is_one_the_interpreter_discards():
+    """skip_discarded_overflow_checks relies on device_assert returning unread without ``debug``: the interpreter's
+    options must leave it off (a Triton that turns it on gets the check back, since the skip tests it per call)."""
+    from triton.runtime import interpreter
+
+    assert interpreter.interpreter_builder.options.debug is False
