@@ -4,16 +4,16 @@ interpreter throws away, skipped (``install``, called by tests/conftest.py under
 ``patch_lang_once``: the interpreter re-patches ``triton.language`` at every call of a ``@triton.jit`` helper
 (``InterpretedFunction.__call__`` runs ``_patch_lang``: ``inspect.getmembers`` over the language modules, ~2 ms),
 though the kernel's own patch is still in force: for a module already patched in the running launch the repeat finds
-no builtin left to wrap and sets the same attributes again. It took ~40% of the interpreter's time on the split-K
-kernels (cProfile, 2026-11-29). ``patch_lang_once`` makes a helper's call patch only the language modules not yet
-patched in the running launch (``tl.core``, reached from ``tl.zeros`` and friends, is the one the kernel's patch
-leaves for them); the kernel's own patch and its restore are Triton's.
+no builtin left to wrap and sets the same attributes again. It took 42% of a small ``triton_splitk`` call's time
+(cProfile, 2026-11-29). ``patch_lang_once`` makes a helper's call patch only the language modules not yet patched in
+the running launch (``tl.core``, reached from ``tl.zeros`` and friends, is the one the kernel's patch leaves for
+them); the kernel's own patch and its restore are Triton's.
 
 ``skip_discarded_overflow_checks``: every 32-bit integer add, sub and mul builds Triton's overflow check (both sides
 cast to int64, the operation again, two compares, an and), then hands it to ``device_assert``, which returns without
-looking unless ``options.debug`` is set, and the interpreter's options (``InterpreterOptions()``) never set it. ~35%
-of the interpreter's time on the fuzz test's split-K examples. Skipped only while ``debug`` is off, so a Triton that
-turned it on would get its check back.
+looking unless ``options.debug`` is set, and the interpreter's options (``InterpreterOptions()``) never set it. 37%
+of the fuzz test's ``triton_splitk`` examples' time once the first was gone. Skipped only while ``debug`` is off, so
+a Triton that turned it on would get its check back.
 
 tests/test_interpreter_patch.py checks that the kernels' outputs are bit-identical with and without both.
 """
