@@ -61,7 +61,7 @@ def patch_lang_once() -> bool:
         if patched is not None and langs <= patched:
             return interpreter._LangPatchScope()  # a helper's call: its modules are patched already
         scope = original(fn)
-        if patched is not None:  # a helper's call that reached a module first (its patch outlives the launch, as in Triton)
+        if patched is not None:  # a helper reached a module first; its patch outlives the launch, as in Triton
             patched |= langs
             return scope
         patched = set(langs)  # the launch's own patch (GridExecutor), restored when the launch ends
