@@ -10,6 +10,8 @@ repository root:
 BACKENDS, optional, narrows the run with a pytest -k expression (e.g. "auto" or "triton_splitk or auto").
 
 2026-11-29 at 4ced008: 60 examples per backend, 300 examples, all passed in 10:57 on two CPU cores.
+2026-11-29 at b8ad79c on an H200: 80 examples each for `triton`, `triton_splitk` and `auto`, all passed
+(docs/benchmarks/h200-2026-11-29/checks-b8ad79c).
 """
 
 import os
