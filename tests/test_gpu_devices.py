@@ -10,6 +10,7 @@ import torch
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, reference_of
 
 from flashdecode import append_kv, decode_attention, plan_decode
+from flashdecode.cases import PagedCase
 from flashdecode.distributed import merge_gathered
 
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs in one process")
@@ -143,9 +144,7 @@ def test_batch_past_the_grid_limit_runs_in_slices(backend):
     out, lse = decode_attention(*c.args, backend=backend, return_lse=True)
     rows = [torch.arange(40), torch.randint(40, batch - 40, (40,), generator=gen), torch.arange(batch - 40, batch)]
     rows = torch.cat(rows).to("cuda")
-    sub = case([1], 4, 2, 64, 16, torch.bfloat16, "cuda")  # a PagedCase to hold the sampled rows
-    sub.q, sub.k_cache, sub.v_cache = c.q[rows], c.k_cache, c.v_cache
-    sub.cache_seqlens, sub.block_table = c.cache_seqlens[rows], c.block_table[rows]
+    sub = PagedCase(c.q[rows], c.k_cache, c.v_cache, c.cache_seqlens[rows], c.block_table[rows])
     ref_out, ref_lse = reference_of(sub)
     assert max_err(out[rows], ref_out) <= output_tolerance(sub, ref_out, torch.bfloat16)
     assert lse_err(lse[rows], ref_lse) <= lse_tolerance(sub, ref_lse)
