@@ -124,7 +124,7 @@ def main():
                 name = f"tma/{mult * sms}/{r}/s{stages}"
                 res[name] = graph_us(lambda: _tma_kernel[(mult * sms,)](next(dit), sink, n // 128 // r, R=r,
                                                                          num_warps=4, num_stages=stages))  # fmt: skip
-        del bufs, descs, it
+        bufs = descs = it = dit = None  # the cycles hold the buffers too
         rec = dict(mb=size / MB, **{k: round(v, 2) for k, v in res.items()})
         for fam in ("flat", "loop", "tma"):
             v, k = min((v, k) for k, v in res.items() if k.startswith(fam))
