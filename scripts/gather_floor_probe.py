@@ -8,7 +8,9 @@ rotated through >= 3x L2. A program reads L tokens of one sequence, T tokens a s
 * ``table`` — the case's random page table, or ``sorted`` (pages in order: the same reads, sequential in memory);
 * ``heads`` — a program per KV head (each token row's 256 bytes, the decode's pattern), or ``both`` (a program reads
   the whole 512-byte row of the two heads: half the programs, contiguous 8 KB pages);
-* L (tokens a program), T (tokens a step), warps.
+* L (tokens a program), T (tokens a step), warps;
+* ``shot/table`` and ``shot/pool`` — one load of T tokens a program and no loop, as the flat read does, the pages
+  through the table or the pool in order with no table load.
 
     python scripts/gather_floor_probe.py    # on the GPU machine; writes $OUT/gather_floor.jsonl, a table last
 """
@@ -49,6 +51,28 @@ def _pg_kernel(
     tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(acc, axis=0))
 
 
+@triton.jit
+def _shot_kernel(
+    K, V, TABLE, OUT, seq_len, stride_kp, stride_kt, stride_kh, stride_bt,
+    PAGE_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr, PAGED: tl.constexpr,
+):  # fmt: skip
+    # program (i, h): tokens [i * T, (i + 1) * T) of the flattened batch (T divides seq_len), all loaded at once as
+    # the flat read does; pages through TABLE (PAGED), or the pool in order (no table load)
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    seq = (i * T // seq_len).to(tl.int64)
+    offs_n = (i * T) % seq_len + tl.arange(0, T)
+    if PAGED:
+        page = tl.load(TABLE + seq * stride_bt + offs_n // PAGE_SIZE).to(tl.int64)
+    else:
+        page = seq * (seq_len // PAGE_SIZE) + offs_n // PAGE_SIZE
+    off = h.to(tl.int64) * stride_kh + page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt
+    off += tl.arange(0, D)[None, :]
+    k = tl.load(K + off)
+    v = tl.load(V + off)
+    tl.store(OUT + i * tl.num_programs(1) + h, tl.sum(tl.sum(k.to(tl.float32) + v.to(tl.float32), axis=1), axis=0))
+
+
 def main():
     log = ProbeLog("gather_floor")
     l2 = _l2_bytes("cuda")
@@ -75,9 +99,7 @@ def main():
         for table, heads in itertools.product(("random", "sorted"), ("one", "both")):
             tbl = c.block_table if table == "random" else sorted_table
             hk, d = (2, 128) if heads == "one" else (1, 256)
-            for chunk, t, w in itertools.product((128, 256, 512), (32, 64, 128), (4, 8)):
-                if chunk > seqlens[0] or t > chunk:
-                    continue
+            for chunk, t, w in ((128, 128, 4), (128, 64, 4)):
                 progs = len(seqlens) * seqlens[0] // chunk
                 o = torch.empty(progs * hk, device="cuda")
                 cit = itertools.cycle(copies)
@@ -86,12 +108,25 @@ def main():
                     _pg_kernel[(progs, hk)](x.k_cache, x.v_cache, tbl, o, chunk, seqlens[0] // chunk, kp, kt, kh,
                                             tbl.stride(0), PAGE_SIZE=16, T=t, D=d, num_warps=w)  # fmt: skip
 
-                us = graph_us(lambda: read(next(cit)))
-                res[f"{table}/{heads}/L{chunk}/T{t}/w{w}"] = us
+                res[f"{table}/{heads}/L{chunk}/T{t}/w{w}"] = graph_us(lambda: read(next(cit)))
+        # one load of T tokens a program, no loop (the flat read's shape), through the table or the pool in order
+        for paged, heads, t, w in itertools.product((True, False), ("one", "both"), (16, 32, 64), (4, 8, 16)):
+            hk, d = (2, 128) if heads == "one" else (1, 256)
+            progs = len(seqlens) * seqlens[0] // t
+            o = torch.empty(progs * hk, device="cuda")
+            cit = itertools.cycle(copies)
+
+            def shot(x):
+                _shot_kernel[(progs, hk)](x.k_cache, x.v_cache, c.block_table, o, seqlens[0], kp, kt, kh,
+                                          c.block_table.stride(0), PAGE_SIZE=16, T=t, D=d, PAGED=paged,
+                                          num_warps=w)  # fmt: skip
+
+            res[f"shot/{'table' if paged else 'pool'}/{heads}/T{t}/w{w}"] = graph_us(lambda: shot(next(cit)))
         log.record(dict(row=name, plan=round(plan_us, 2), **{k: round(v, 2) for k, v in res.items()}))
-        for table, heads in itertools.product(("random", "sorted"), ("one", "both")):
-            v, k = min((v, k) for k, v in res.items() if k.startswith(f"{table}/{heads}/"))
-            log.line(f"{name:<14} {table:>6} table, {heads:>4} head(s) a program: {v:6.2f} us ({k})")
+        for fam in ("random/one", "random/both", "sorted/one", "sorted/both", "shot/table/one", "shot/table/both",
+                    "shot/pool/one", "shot/pool/both"):
+            v, k = min((v, k) for k, v in res.items() if k.startswith(fam + "/"))
+            log.line(f"{name:<14} {fam:<16} {v:6.2f} us ({k})")
         log.line(f"{name:<14} plan {plan_us:6.2f} us")
         copies = cit = None
     log.close()
