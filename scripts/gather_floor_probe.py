@@ -9,6 +9,8 @@ rotated through >= 3x L2. A program reads L tokens of one sequence, T tokens a s
 * ``heads`` — a program per KV head (each token row's 256 bytes, the decode's pattern), or ``both`` (a program reads
   the whole 512-byte row of the two heads: half the programs, contiguous 8 KB pages);
 * L (tokens a program), T (tokens a step), warps;
+* ``static`` — the decode's static grid (a program = L tokens of a sequence and KV head), U tiles of T tokens
+  loaded before any is summed;
 * ``shot/table`` and ``shot/pool`` — one load of T tokens a program and no loop, as the flat read does, the pages
   through the table or the pool in order with no table load.
 
@@ -73,6 +75,49 @@ def _shot_kernel(
     tl.store(OUT + i * tl.num_programs(1) + h, tl.sum(tl.sum(k.to(tl.float32) + v.to(tl.float32), axis=1), axis=0))
 
 
+@triton.jit
+def _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE: tl.constexpr, T: tl.constexpr,
+              D: tl.constexpr):  # fmt: skip
+    # [D] fp32: tokens [t, t + T) of a table row, K + V summed over the tokens (masked past end)
+    offs_n = t + tl.arange(0, T)
+    mask = offs_n < end
+    page = tl.load(row + offs_n // PAGE_SIZE, mask=mask, other=0).to(tl.int64)
+    off = base + page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + tl.arange(0, D)[None, :]
+    k = tl.load(K + off, mask=mask[:, None], other=0.0).to(tl.float32)
+    v = tl.load(V + off, mask=mask[:, None], other=0.0).to(tl.float32)
+    return tl.sum(k + v, axis=0)
+
+
+@triton.jit
+def _static_kernel(
+    K, V, TABLE, OUT, L, chunks_per_seq, stride_kp, stride_kt, stride_kh, stride_bt,
+    PAGE_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr, U: tl.constexpr,
+):  # fmt: skip
+    # the decode's static grid (program = L tokens of one sequence and KV head) reading U tiles of T tokens a step,
+    # all U issued before any is summed (U * T * 512 bytes in flight a program, no shared memory)
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    row = TABLE + (c // chunks_per_seq).to(tl.int64) * stride_bt
+    start = (c % chunks_per_seq) * L
+    end = start + L
+    base = h.to(tl.int64) * stride_kh
+    acc = tl.zeros([D], tl.float32)
+    for t in range(start, end, T * U):
+        if U == 1:
+            acc += _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+        elif U == 2:
+            a = _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            b = _tile_sum(K, V, TABLE, row, base, t + T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            acc += a + b
+        else:
+            a = _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            b = _tile_sum(K, V, TABLE, row, base, t + T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            c2 = _tile_sum(K, V, TABLE, row, base, t + 2 * T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            d = _tile_sum(K, V, TABLE, row, base, t + 3 * T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            acc += (a + b) + (c2 + d)
+    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(acc, axis=0))
+
+
 def main():
     log = ProbeLog("gather_floor")
     l2 = _l2_bytes("cuda")
@@ -109,6 +154,20 @@ def main():
                                             tbl.stride(0), PAGE_SIZE=16, T=t, D=d, num_warps=w)  # fmt: skip
 
                 res[f"{table}/{heads}/L{chunk}/T{t}/w{w}"] = graph_us(lambda: read(next(cit)))
+        # the decode's static grid, U tiles of T tokens issued together
+        for chunk, t, u, w in itertools.product((256, 512), (16, 32, 64), (1, 2, 4), (4, 8)):
+            if chunk > seqlens[0] or t * u > chunk:
+                continue
+            progs = len(seqlens) * seqlens[0] // chunk
+            o = torch.empty(progs * 2, device="cuda")
+            cit = itertools.cycle(copies)
+
+            def static(x):
+                _static_kernel[(progs, 2)](x.k_cache, x.v_cache, c.block_table, o, chunk, seqlens[0] // chunk, kp, kt,
+                                           kh, c.block_table.stride(0), PAGE_SIZE=16, T=t, D=128, U=u,
+                                           num_warps=w)  # fmt: skip
+
+            res[f"static/L{chunk}/T{t}/u{u}/w{w}"] = graph_us(lambda: static(next(cit)))
         # one load of T tokens a program, no loop (the flat read's shape), through the table or the pool in order
         for paged, heads, t, w in itertools.product((True, False), ("one", "both"), (16, 32, 64), (4, 8, 16)):
             hk, d = (2, 128) if heads == "one" else (1, 256)
@@ -124,7 +183,7 @@ def main():
             res[f"shot/{'table' if paged else 'pool'}/{heads}/T{t}/w{w}"] = graph_us(lambda: shot(next(cit)))
         log.record(dict(row=name, plan=round(plan_us, 2), **{k: round(v, 2) for k, v in res.items()}))
         for fam in ("random/one", "random/both", "sorted/one", "sorted/both", "shot/table/one", "shot/table/both",
-                    "shot/pool/one", "shot/pool/both"):
+                    "shot/pool/one", "shot/pool/both", "static"):
             v, k = min((v, k) for k, v in res.items() if k.startswith(fam + "/"))
             log.line(f"{name:<14} {fam:<16} {v:6.2f} us ({k})")
         log.line(f"{name:<14} plan {plan_us:6.2f} us")
