@@ -11,6 +11,8 @@ rotated through >= 3x L2. A program reads L tokens of one sequence, T tokens a s
 * L (tokens a program), T (tokens a step), warps;
 * ``static`` — the decode's static grid (a program = L tokens of a sequence and KV head), U tiles of T tokens
   loaded before any is summed;
+* ``dots`` — the static grid pipelined through shared memory: ceiling_probe's gather with the decode's two
+  products and no softmax;
 * ``shot/table`` and ``shot/pool`` — one load of T tokens a program and no loop, as the flat read does, the pages
   through the table or the pool in order with no table load.
 
@@ -22,6 +24,7 @@ import itertools
 import torch
 import triton
 import triton.language as tl
+from ceiling_probe import gather
 from read_floor_probe import _flat_kernel, graph_us
 
 from flashdecode import decode_attention, plan_decode
@@ -155,7 +158,7 @@ def main():
 
                 res[f"{table}/{heads}/L{chunk}/T{t}/w{w}"] = graph_us(lambda: read(next(cit)))
         # the decode's static grid, U tiles of T tokens issued together
-        for chunk, t, u, w in itertools.product((256, 512), (16, 32, 64), (1, 2, 4), (4, 8)):
+        for chunk, t, u, w in itertools.product((256,), (32, 64), (1, 4), (4,)):  # run 5 (784703c): the rest slower
             if chunk > seqlens[0] or t * u > chunk:
                 continue
             progs = len(seqlens) * seqlens[0] // chunk
@@ -168,6 +171,17 @@ def main():
                                            num_warps=w)  # fmt: skip
 
             res[f"static/L{chunk}/T{t}/u{u}/w{w}"] = graph_us(lambda: static(next(cit)))
+        # the same static grid pipelined through shared memory by Triton: ceiling_probe's gather consumed by the
+        # decode's two products without the softmax (its "dots"), on the decode's tiles
+        for chunk, bn, stages in itertools.product((256, 512), (32, 64), (3, 4)):
+            if chunk > seqlens[0]:
+                continue
+            chunks = [(b, s0, min(s0 + chunk, n)) for b, n in enumerate(seqlens) for s0 in range(0, n, chunk)]
+            ch = torch.tensor(chunks, dtype=torch.int32, device="cuda").T.contiguous()
+            gsink = torch.empty(len(chunks) * 2, device="cuda")
+            cit = itertools.cycle(copies)
+            res[f"dots/L{chunk}/bn{bn}/s{stages}"] = graph_us(
+                lambda: gather(next(cit), ch, gsink, 2, bn, stages, dots=True))
         # one load of T tokens a program, no loop (the flat read's shape), through the table or the pool in order
         for paged, heads, t, w in itertools.product((True, False), ("one", "both"), (16, 32, 64), (4, 8, 16)):
             hk, d = (2, 128) if heads == "one" else (1, 256)
@@ -183,7 +197,7 @@ def main():
             res[f"shot/{'table' if paged else 'pool'}/{heads}/T{t}/w{w}"] = graph_us(lambda: shot(next(cit)))
         log.record(dict(row=name, plan=round(plan_us, 2), **{k: round(v, 2) for k, v in res.items()}))
         for fam in ("random/one", "random/both", "sorted/one", "sorted/both", "shot/table/one", "shot/table/both",
-                    "shot/pool/one", "shot/pool/both", "static"):
+                    "shot/pool/one", "shot/pool/both", "static", "dots"):
             v, k = min((v, k) for k, v in res.items() if k.startswith(fam + "/"))
             log.line(f"{name:<14} {fam:<16} {v:6.2f} us ({k})")
         log.line(f"{name:<14} plan {plan_us:6.2f} us")

@@ -9,6 +9,8 @@ than its page gather (19.0-19.5), so it did not bound what a read can do. Here c
 * ``flat/E/wW/cg`` — the same with ``cache_modifier=".cg"`` (L2 only).
 * ``loop/P/E/uU`` — P programs (a multiple of the SM count), each walking the tiles pid, pid + P, ... with U tiles of
   E elements loaded before any is summed.
+* ``block/P/E/uU`` — the same P programs each owning one contiguous region (the decode's static grid), U
+  neighbouring tiles a step.
 * ``tma/P/R`` — P programs loading [R, 128] boxes of a 2-D view through a tensor descriptor, Triton-pipelined.
 
 and, in the same process, the 12/2 rows' page gather (ceiling_probe's best: 128-token tiles, 2 stages, chunk 512) and
@@ -75,6 +77,26 @@ def _loop_kernel(X, OUT, n_tiles, E: tl.constexpr, U: tl.constexpr):
 
 
 @triton.jit
+def _block_kernel(X, OUT, n_tiles, per, E: tl.constexpr, U: tl.constexpr):
+    # blocked: program pid reads tiles [pid * per, (pid + 1) * per), U neighbouring tiles a step (the decode's static
+    # grid, where a program owns one region of the cache)
+    pid = tl.program_id(0)
+    acc = tl.zeros([E], tl.float32)
+    for i in range(pid * per, pid * per + per, U):
+        if U == 1:
+            acc += _tile(X, i, n_tiles, E)
+        elif U == 2:
+            acc += _tile(X, i, n_tiles, E) + _tile(X, i + 1, n_tiles, E)
+        else:
+            a = _tile(X, i, n_tiles, E)
+            b = _tile(X, i + 1, n_tiles, E)
+            c = _tile(X, i + 2, n_tiles, E)
+            d = _tile(X, i + 3, n_tiles, E)
+            acc += (a + b) + (c + d)
+    tl.store(OUT + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
 def _tma_kernel(DESC, OUT, n_boxes, R: tl.constexpr):
     # grid-stride over [R, 128] boxes of the [n / 128, 128] view; Triton pipelines the descriptor loads
     pid = tl.program_id(0)
@@ -116,6 +138,12 @@ def main():
         for mult, e, u in itertools.product((2, 4, 8), (2048, 4096), (1, 2, 4)):
             name = f"loop/{mult * sms}/{e}/u{u}"
             res[name] = graph_us(lambda: _loop_kernel[(mult * sms,)](next(it), sink, n // e, E=e, U=u, num_warps=4))
+        for mult, e, u in itertools.product((2, 4, 8), (2048, 4096), (1, 2, 4)):
+            progs = mult * sms
+            per = -(-(n // e) // progs)
+            per = -(-per // u) * u
+            name = f"block/{progs}/{e}/u{u}"
+            res[name] = graph_us(lambda: _block_kernel[(progs,)](next(it), sink, n // e, per, E=e, U=u, num_warps=4))
         descs = {}
         for r in (64, 128):
             descs[r] = [TensorDescriptor(b.view(-1, 128), [n // 128, 128], [128, 1], [r, 128]) for b in bufs]
@@ -126,7 +154,7 @@ def main():
                                                                          num_warps=4, num_stages=stages))  # fmt: skip
         bufs = descs = it = dit = None  # the cycles hold the buffers too
         rec = dict(mb=size / MB, **{k: round(v, 2) for k, v in res.items()})
-        for fam in ("flat", "loop", "tma"):
+        for fam in ("flat", "loop", "block", "tma"):
             v, k = min((v, k) for k, v in res.items() if k.startswith(fam))
             best.setdefault(fam, {})[size] = (v, k)
         summary = "  ".join(f"{fam} {best[fam][size][0]:6.2f} ({best[fam][size][1]})" for fam in best)
