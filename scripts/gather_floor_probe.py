@@ -13,6 +13,8 @@ rotated through >= 3x L2. A program reads L tokens of one sequence, T tokens a s
   loaded before any is summed;
 * ``dots`` — the static grid pipelined through shared memory: ceiling_probe's gather with the decode's two
   products and no softmax;
+* ``pdots/table``, ``pdots/pool`` — the same products over 256-token programs, pages through the table or the pool
+  in order: what the table costs a pipelined grid;
 * ``shot/table`` and ``shot/pool`` — one load of T tokens a program and no loop, as the flat read does, the pages
   through the table or the pool in order with no table load.
 
@@ -121,6 +123,35 @@ def _static_kernel(
     tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(acc, axis=0))
 
 
+@triton.jit
+def _dots_kernel(
+    K, V, TABLE, OUT, L, chunks_per_seq, stride_kp, stride_kt, stride_kh, stride_bt,
+    PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, PAGED: tl.constexpr,
+):  # fmt: skip
+    # ceiling_probe's dots on _pg_kernel's grid: tiles consumed by the decode's two products (no softmax), so Triton
+    # pipelines them through shared memory; pages through TABLE (PAGED) or the pool in order (no table load)
+    c = tl.program_id(0)
+    h = tl.program_id(1)
+    seq = (c // chunks_per_seq).to(tl.int64)
+    start = (c % chunks_per_seq) * L
+    q = (tl.zeros([16, D], tl.float32) + 1.0).to(K.dtype.element_ty)
+    acc = tl.zeros([16, D], tl.float32)
+    base = h.to(tl.int64) * stride_kh
+    offs_d = tl.arange(0, D)
+    for t in range(start, start + L, BLOCK_N):
+        offs_n = t + tl.arange(0, BLOCK_N)
+        if PAGED:
+            page = tl.load(TABLE + seq * stride_bt + offs_n // PAGE_SIZE).to(tl.int64)
+        else:
+            page = seq * (L * chunks_per_seq // PAGE_SIZE) + offs_n // PAGE_SIZE
+        off = base + page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + offs_d[None, :]
+        k = tl.load(K + off)
+        v = tl.load(V + off)
+        s = tl.dot(q, tl.trans(k))
+        acc += tl.dot(s.to(K.dtype.element_ty), v)
+    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
+
+
 def main():
     log = ProbeLog("gather_floor")
     l2 = _l2_bytes("cuda")
@@ -147,7 +178,7 @@ def main():
         for table, heads in itertools.product(("random", "sorted"), ("one", "both")):
             tbl = c.block_table if table == "random" else sorted_table
             hk, d = (2, 128) if heads == "one" else (1, 256)
-            for chunk, t, w in ((128, 128, 4), (128, 64, 4)):
+            for chunk, t, w in ((128, 128, 4),):
                 progs = len(seqlens) * seqlens[0] // chunk
                 o = torch.empty(progs * hk, device="cuda")
                 cit = itertools.cycle(copies)
@@ -182,6 +213,17 @@ def main():
             cit = itertools.cycle(copies)
             res[f"dots/L{chunk}/bn{bn}/s{stages}"] = graph_us(
                 lambda: gather(next(cit), ch, gsink, 2, bn, stages, dots=True))
+        # the same with the pages through the table or the pool in order: what the table costs a pipelined grid
+        for paged, bn, stages in itertools.product((True, False), (32, 64), (3, 4)):
+            o = torch.empty(len(seqlens) * seqlens[0] // 256 * 2, device="cuda")
+            cit = itertools.cycle(copies)
+
+            def dots(x):
+                _dots_kernel[(o.numel() // 2, 2)](x.k_cache, x.v_cache, c.block_table, o, 256, seqlens[0] // 256, kp,
+                                                  kt, kh, c.block_table.stride(0), PAGE_SIZE=16, BLOCK_N=bn, D=128,
+                                                  PAGED=paged, num_warps=4, num_stages=stages)  # fmt: skip
+
+            res[f"pdots/{'table' if paged else 'pool'}/L256/bn{bn}/s{stages}"] = graph_us(lambda: dots(next(cit)))
         # one load of T tokens a program, no loop (the flat read's shape), through the table or the pool in order
         for paged, heads, t, w in itertools.product((True, False), ("one", "both"), (16, 32, 64), (4, 8, 16)):
             hk, d = (2, 128) if heads == "one" else (1, 256)
@@ -197,7 +239,7 @@ def main():
             res[f"shot/{'table' if paged else 'pool'}/{heads}/T{t}/w{w}"] = graph_us(lambda: shot(next(cit)))
         log.record(dict(row=name, plan=round(plan_us, 2), **{k: round(v, 2) for k, v in res.items()}))
         for fam in ("random/one", "random/both", "sorted/one", "sorted/both", "shot/table/one", "shot/table/both",
-                    "shot/pool/one", "shot/pool/both", "static", "dots"):
+                    "shot/pool/one", "shot/pool/both", "static", "dots", "pdots/table", "pdots/pool"):
             v, k = min((v, k) for k, v in res.items() if k.startswith(fam + "/"))
             log.line(f"{name:<14} {fam:<16} {v:6.2f} us ({k})")
         log.line(f"{name:<14} plan {plan_us:6.2f} us")
