@@ -8,6 +8,8 @@ pipelined through shared memory) one decode feature at a time, each step timed b
     STEP 3  + the online softmax (running row max across the warps, exp2, rescale; q read from memory)
     STEP 4  + the epilogue: out = acc / l and the LSE stored (checked against the float64 reference)
 
+and the products with the page ids two tiles ahead, or one id a page (a [tiles' pages] load, offsets broadcast).
+
     python scripts/ladder_probe.py    # on the GPU machine; writes $OUT/ladder.jsonl, a table last
 """
 
@@ -29,7 +31,7 @@ STEPS = ("products", "+ page ids ahead", "+ length, masks", "+ online softmax", 
 def _ladder_kernel(
     Q, K, V, TABLE, LENS, OUT, LSE, SINK, seq_len, qk_scale, stride_kp, stride_kt, stride_kh, stride_bt,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, HQ: tl.constexpr,
-    STEP: tl.constexpr,
+    STEP: tl.constexpr, IDS: tl.constexpr,
 ):  # fmt: skip
     # program (b, h): sequence b, KV head h; query rows h * GROUP + [0, 16) padded to one 16-row tl.dot tile
     b = tl.program_id(0)
@@ -52,17 +54,37 @@ def _ladder_kernel(
     acc = tl.zeros([16, D], tl.float32)
     base = h.to(tl.int64) * stride_kh
     offs_b = tl.arange(0, BLOCK_N)
-    if STEP >= 1:
+    NP: tl.constexpr = BLOCK_N // PAGE_SIZE
+    if IDS == 1:
         next_pages = tl.load(row + offs_b // PAGE_SIZE, mask=offs_b < end, other=0)
+    elif IDS == 2:
+        next_pages = tl.load(row + offs_b // PAGE_SIZE, mask=offs_b < end, other=0)
+        next_pages2 = tl.load(row + (offs_b + BLOCK_N) // PAGE_SIZE, mask=offs_b + BLOCK_N < end, other=0)
+    elif IDS == 3:
+        next_ids = tl.load(row + tl.arange(0, NP), mask=tl.arange(0, NP) * PAGE_SIZE < end, other=0)
     for t in range(0, end, BLOCK_N):
         offs_n = t + offs_b
-        if STEP >= 1:
+        if IDS == 1:
             page = next_pages
             offs_next = offs_n + BLOCK_N
             next_pages = tl.load(row + offs_next // PAGE_SIZE, mask=offs_next < end, other=0)
+        elif IDS == 2:
+            page = next_pages
+            next_pages = next_pages2
+            offs_next = offs_n + 2 * BLOCK_N
+            next_pages2 = tl.load(row + offs_next // PAGE_SIZE, mask=offs_next < end, other=0)
+        elif IDS == 3:
+            ids = next_ids
+            nxt = (t + BLOCK_N) // PAGE_SIZE + tl.arange(0, NP)
+            next_ids = tl.load(row + nxt, mask=nxt * PAGE_SIZE < end, other=0)
         else:
             page = tl.load(row + offs_n // PAGE_SIZE)
-        off = base + page.to(tl.int64)[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt
+        if IDS == 3:
+            # one id a page: [NP, PAGE_SIZE] row offsets flattened to the tile's tokens
+            rows2 = ids.to(tl.int64)[:, None] * stride_kp + tl.arange(0, PAGE_SIZE)[None, :] * stride_kt
+            off = base + tl.reshape(rows2, [BLOCK_N])[:, None]
+        else:
+            off = base + page.to(tl.int64)[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt
         off += offs_d[None, :]
         mask_n = offs_n < end
         if STEP >= 2:
@@ -95,22 +117,26 @@ def _ladder_kernel(
         tl.store(SINK + b * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0) + tl.sum(l_i, axis=0))
 
 
-def ladder(x, seq_len, step, out, lse, sink, block_n=32, stages=3):
-    """Run step `step` of the ladder over case x (one query token, page 16, every sequence seq_len tokens long)."""
+def ladder(x, seq_len, step, out, lse, sink, block_n=32, stages=3, ids=None):
+    """Run step `step` of the ladder over case x (one query token, page 16, every sequence seq_len tokens long).
+    ids: how the page ids arrive (default: in the loop at step 0, a tile ahead from step 1 on); 2, two tiles ahead;
+    3, one id a page a tile ahead (no masks: steps 0-1 only)."""
+    if ids is None:
+        ids = 1 if step >= 1 else 0
     batch, hq, d = x.q.shape
     hkv = x.k_cache.shape[2]
     kp, kt, kh, _ = x.k_cache.stride()
     _ladder_kernel[(batch, hkv)](
         x.q, x.k_cache, x.v_cache, x.block_table, x.cache_seqlens, out, lse, sink, seq_len, d**-0.5 * math.log2(math.e),
         kp, kt, kh, x.block_table.stride(0),
-        PAGE_SIZE=x.k_cache.shape[1], BLOCK_N=block_n, D=d, GROUP=hq // hkv, HQ=hq, STEP=step, num_warps=4,
+        PAGE_SIZE=x.k_cache.shape[1], BLOCK_N=block_n, D=d, GROUP=hq // hkv, HQ=hq, STEP=step, IDS=ids, num_warps=4,
         num_stages=stages,
     )  # fmt: skip
 
 
 def main():
     log = ProbeLog("ladder")
-    for seqlens in ([256] * 256, [1024] * 64):
+    for seqlens in ([256] * 256,):  # 64 x 1024's 128 programs: not comparable (ladder-52d6e67)
         case, ref, copies = probe_case(seqlens, 12, 2)
         name = f"{len(seqlens)}x{seqlens[0]} 12/2"
         out = torch.empty_like(case.q)
@@ -126,12 +152,19 @@ def main():
         for step, (bn, stages) in itertools.product(range(5), ((32, 3), (32, 4))):
             cit = itertools.cycle(copies)
             res[f"step{step}/bn{bn}s{stages}"] = graph_us(lambda: ladder(next(cit), seqlens[0], step, out, lse, sink, bn, stages))
+        for ids, (bn, stages) in itertools.product((2, 3), ((32, 3), (32, 4), (64, 3))):
+            cit = itertools.cycle(copies)
+            res[f"ids{ids}/bn{bn}s{stages}"] = graph_us(
+                lambda: ladder(next(cit), seqlens[0], 1, out, lse, sink, bn, stages, ids))
         res["library again"] = graph_us(lambda: decode_attention(*next(cit).args, out=lib_out, plan=plan))
         log.record(dict(row=name, max_abs_err_step4=err, **{k: round(v, 2) for k, v in res.items()}))
         log.line(f"{name}: step 4's out against float64: max abs error {err:.2e}")
         for step in range(5):
             v, k = min((v, k) for k, v in res.items() if k.startswith(f"step{step}/"))
             log.line(f"{name:<14} {STEPS[step]:<20} {v:6.2f} us ({k})")
+        for ids, what in ((2, "ids two tiles ahead"), (3, "one id a page")):
+            v, k = min((v, k) for k, v in res.items() if k.startswith(f"ids{ids}/"))
+            log.line(f"{name:<14} {'products, ' + what:<20} {v:6.2f} us ({k})")
         log.line(f"{name:<14} {'library (plan)':<20} {res['library']:6.2f} / {res['library again']:6.2f} us")
     log.close()
 
