@@ -20,7 +20,7 @@ import math
 import sys
 
 sys.path.insert(0, "src")
-from flashdecode.bench import FLASHDECODE_BACKENDS, PLANNED, compare  # noqa: E402
+from flashdecode.bench import FLASHDECODE_BACKENDS, PLANNED, compare, read_bandwidths  # noqa: E402
 
 # ../shared/PERF.md (H200, 2026-11-22): the best time any peer reached on each anchor row, graph µs
 PERF_PEER_US = {
@@ -91,7 +91,7 @@ def main():
                 entry["gbps"] = r["gbps"]
     before = f"{old_meta['commit']} µs" if old else "before µs"
     print(f"graph µs, {meta['gpu']}, commit {meta['commit']}, torch {meta['torch']}, triton {meta['triton']}, "
-          f"flashinfer {meta.get('flashinfer')}; read bandwidth {meta['read_bandwidth_gbps']:.0f} GB/s\n")  # fmt: skip
+          f"flashinfer {meta.get('flashinfer')}; {read_bandwidths(meta)}\n")  # fmt: skip
     print(f"| row | K+V MB | {before} | {OURS} µs | GB/s | best peer, same run µs | PERF.md peer µs | vs same run "
           "| vs PERF.md |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

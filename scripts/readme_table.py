@@ -14,6 +14,8 @@ import sys
 sys.path.insert(0, "scripts")
 from anchor_report import PERF_PEER_US, geomean  # noqa: E402
 
+from flashdecode.bench import read_bandwidths  # noqa: E402
+
 PEERS = {"FlashInfer": ("flashinfer", "flashinfer_tc"), "SGLang": ("sglang_triton",), "vLLM": ("vllm_triton",)}
 
 
@@ -67,7 +69,7 @@ def table(paths) -> str:
     lines.append(
         f"Geometric mean of \"vs fastest\" over these {len(ratios)} rows: {geo:.3f}×. Commit {meta.get('commit')}, "
         f"{meta.get('gpu')}, torch {meta.get('torch')}, triton {meta.get('triton')}, FlashInfer {meta.get('flashinfer')}; "
-        f"`torch.sum` read {meta.get('read_bandwidth_gbps', 0):.0f} GB/s in the same process."
+        f"{read_bandwidths(meta)} in the same process."
     )
     return "\n".join(lines)
 

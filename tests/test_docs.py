@@ -12,10 +12,12 @@ import flashdecode.append
 import flashdecode.cache
 import flashdecode.merge
 import flashdecode.plan
+import flashdecode.triton_read
 
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODULES = [flashdecode.api, flashdecode.plan, flashdecode.merge, flashdecode.append, flashdecode.cache]
+MODULES = [flashdecode.api, flashdecode.plan, flashdecode.merge, flashdecode.append, flashdecode.cache,
+           flashdecode.triton_read]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -12,8 +12,8 @@ Rows whose K/V fit a few times in L2 rotate through copies of the cache, as many
 >= 3x L2 of the K/V they read, so that calls do not find their data in L2; ``l2`` in the results says "rotated",
 "cold" (one call reads >= 3x L2) or "warm", from the copies the CUDA graph actually read (``l2_state``). The eager
 column finds L2 flushed before each call (``do_bench``). Bytes are counted from the actual lengths:
-K + V of the valid tokens + q + out. % of peak is against the read bandwidth measured in the same process
-(``torch.sum`` over a 4 GiB tensor).
+K + V of the valid tokens + q + out. % of peak is against the read bandwidth measured in the same process over a
+4 GiB tensor by ``triton_read`` (the plainest fast read; ``torch.sum``'s slower read is recorded beside it).
 """
 
 from __future__ import annotations
@@ -295,15 +295,28 @@ def _compiled_dense():
 # ---------------------------------------------------------------------------------------------- measuring
 
 
-def measure_read_bandwidth(device) -> float:
-    """Bytes/s of ``torch.sum`` over a 4 GiB bf16 tensor: the read ceiling measured in this process."""
+def measure_read_bandwidth(device, how: str = "torch.sum") -> float:
+    """Bytes/s of one read of a 4 GiB bf16 tensor in this process, median of eager calls.
+
+    how: "stream", ``triton_read``'s one-load-a-program kernel, the benchmark's read ceiling (its % peak and bound
+    µs); or "torch.sum", the yardstick the notes compare machines by (4160-4220 GB/s on the H200s of this project,
+    slower than the decode's best rows: docs/benchmarks/h200-2026-11-30)."""
     import torch
     from triton.testing import do_bench
 
+    if how not in ("stream", "torch.sum"):
+        raise ValueError(f"how must be 'stream' or 'torch.sum', got {how!r}")
     x = torch.empty(2 << 30, dtype=torch.bfloat16, device=device).uniform_()
-    ms = do_bench(x.sum, warmup=50, rep=300, return_mode="median")
+    partial = None
+    if how == "stream":
+        from .triton_read import read_partials
+
+        partial = read_partials(x)
+        ms = do_bench(lambda: read_partials(x, partial), warmup=50, rep=300, return_mode="median")
+    else:
+        ms = do_bench(x.sum, warmup=50, rep=300, return_mode="median")
     nbytes = x.numel() * x.element_size()
-    del x
+    x = partial = None  # the 4 GiB go back to the allocator, then to the device
     torch.cuda.empty_cache()
     return nbytes / (ms * 1e-3)
 
@@ -674,7 +687,19 @@ def _progress(total, enabled):
 # ---------------------------------------------------------------------------------------------- provenance
 
 
-def provenance(device, read_bw, timing) -> dict:
+def read_bandwidths(meta) -> str:
+    """The run's read bandwidths as text: the % peak column's ceiling and torch.sum's, from a results.json's meta
+    (runs before 2026-11-30 recorded torch.sum's alone, as read_bandwidth_gbps)."""
+    read = meta.get("read_bandwidth_gbps") or 0
+    if "torch_sum_gbps" not in meta:
+        return f"read bandwidth (torch.sum) {read:.0f} GB/s"
+    return f"read bandwidth {read:.0f} GB/s (triton_read; torch.sum {meta.get('torch_sum_gbps') or 0:.0f})"
+
+
+def provenance(device, read_bw, timing, sum_bw=None) -> dict:
+    """The run's record: commit, versions, GPU, timing method; read_bw the read ceiling the % peak column uses
+    (``read_bandwidth_gbps``), sum_bw ``torch.sum``'s (``torch_sum_gbps``, the machine yardstick; before
+    2026-11-30 read_bandwidth_gbps held torch.sum's)."""
     import torch
     import triton
 
@@ -688,6 +713,7 @@ def provenance(device, read_bw, timing) -> dict:
         "python": platform.python_version(),
         "timing": timing,
         "read_bandwidth_gbps": read_bw / 1e9 if read_bw else None,
+        "torch_sum_gbps": sum_bw / 1e9 if sum_bw else None,
     }
     for pkg in ("flashinfer", "flash_attn"):
         try:
@@ -747,7 +773,7 @@ def markdown_table(results, meta) -> str:
         f"{unit}; GPU {meta.get('gpu')}, commit {str(meta.get('commit'))[:10]}"
         f"{' (dirty)' if meta.get('dirty') else ''}, "
         f"torch {meta.get('torch')}, triton {meta.get('triton')}, flashinfer {meta.get('flashinfer')}, "
-        f"read bandwidth {meta.get('read_bandwidth_gbps') or 0:.0f} GB/s, timing: {meta.get('timing')}"
+        f"{read_bandwidths(meta)}, timing: {meta.get('timing')}"
     )
     if pace := pace_range(results):
         head += f"; host pace over the run (the eager column moves with it): {pace}"
@@ -901,14 +927,16 @@ def cmd_bench(args) -> int:
             raise SystemExit(f"error: --backends: unknown backend {b!r}; known: {known}")
     if not on_gpu:
         print("note: no GPU: running on CPU through the Triton interpreter; these timings mean nothing for GPU speed")
-    read_bw = measure_read_bandwidth(device) if on_gpu else None
+    read_bw = measure_read_bandwidth(device, "stream") if on_gpu else None
+    sum_bw = measure_read_bandwidth(device, "torch.sum") if on_gpu else None
     if read_bw:
-        print(f"measured read bandwidth (torch.sum over 4 GiB): {read_bw / 1e9:.0f} GB/s")
+        print(f"measured read bandwidth over 4 GiB: {read_bw / 1e9:.0f} GB/s (triton_read: the % peak column), "
+              f"torch.sum {sum_bw / 1e9:.0f} GB/s")
     timing = (
         "median of CUDA-graph replays (triton do_bench_cudagraph) and of eager calls (do_bench)" if on_gpu
         else "CPU wall clock, median of 3 (meaningless)"
     )  # fmt: skip
-    meta = provenance(device, read_bw, timing)
+    meta = provenance(device, read_bw, timing, sum_bw)
 
     def save_partial(results):
         # a sweep cut short still leaves every finished row on disk

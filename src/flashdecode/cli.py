@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser(
         "bench", help="benchmark backends and peers; tables, JSON and plots",
         description="Each row checked against the float64 reference, then timed by CUDA-graph replay with the caches "
-        "rotated out of L2 (and eagerly, host time included); GB/s against the same process's torch.sum. Writes "
+        "rotated out of L2 (and eagerly, host time included); GB/s, and % peak against the same process's fastest "
+        "plain read of 4 GiB (triton_read). Writes "
         "results.json, results.md and plots under --out. Without a GPU: the 'tiny' preset through Triton's "
         "interpreter, whose timings mean nothing for GPU speed.",
     )  # fmt: skip
