@@ -44,7 +44,8 @@ def read_sum(x: torch.Tensor, partial: torch.Tensor | None = None) -> torch.Tens
         A 0-d fp32 tensor on x's device.
 
     Example:
-        >>> read_sum(torch.ones(10000)).item()
+        >>> device = "cuda" if torch.cuda.is_available() else "cpu"  # on a CPU, under TRITON_INTERPRET=1
+        >>> read_sum(torch.ones(10000, device=device)).item()
         10000.0
     """
     return read_partials(x, partial).sum()
