@@ -35,27 +35,33 @@ from flashdecode.cases import random_paged_case
 
 
 @triton.jit
+def _program_range(TABLE, L, chunks_per_seq, stride_bt):
+    """(KV head h, table row pointer, start): program (c, h) reads tokens [start, start + L) of sequence
+    c // chunks_per_seq (every sequence chunks_per_seq * L tokens long)."""
+    c = tl.program_id(0)
+    row = TABLE + (c // chunks_per_seq).to(tl.int64) * stride_bt
+    return tl.program_id(1), row, (c % chunks_per_seq) * L
+
+
+@triton.jit
 def _pg_kernel(
     K, V, TABLE, OUT, L, chunks_per_seq, stride_kp, stride_kt, stride_kh, stride_bt,
     PAGE_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
 ):  # fmt: skip
     # program (c, h): chunk c % chunks_per_seq of sequence c // chunks_per_seq (every sequence chunks_per_seq * L
     # tokens long), KV head h (D = 128), or both heads' 256-element rows (one program on axis 1, D = 256)
-    c = tl.program_id(0)
-    h = tl.program_id(1)
-    seq = (c // chunks_per_seq).to(tl.int64)
-    start = (c % chunks_per_seq) * L
+    h, row, start = _program_range(TABLE, L, chunks_per_seq, stride_bt)
     offs_d = tl.arange(0, D)
     acc = tl.zeros([D], tl.float32)
     base = h.to(tl.int64) * stride_kh
     for t in range(start, start + L, T):
         offs_n = t + tl.arange(0, T)
-        page = tl.load(TABLE + seq * stride_bt + offs_n // PAGE_SIZE).to(tl.int64)
+        page = tl.load(row + offs_n // PAGE_SIZE).to(tl.int64)
         off = base + page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + offs_d[None, :]
         k = tl.load(K + off)
         v = tl.load(V + off)
         acc += tl.sum(k.to(tl.float32) + v.to(tl.float32), axis=0)
-    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(acc, axis=0))
+    tl.store(OUT + tl.program_id(0) * tl.num_programs(1) + h, tl.sum(acc, axis=0))
 
 
 @triton.jit
@@ -81,7 +87,7 @@ def _shot_kernel(
 
 
 @triton.jit
-def _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE: tl.constexpr, T: tl.constexpr,
+def _tile_sum(K, V, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE: tl.constexpr, T: tl.constexpr,
               D: tl.constexpr):  # fmt: skip
     # [D] fp32: tokens [t, t + T) of a table row, K + V summed over the tokens (masked past end)
     offs_n = t + tl.arange(0, T)
@@ -100,27 +106,24 @@ def _static_kernel(
 ):  # fmt: skip
     # the decode's static grid (program = L tokens of one sequence and KV head) reading U tiles of T tokens a step,
     # all U issued before any is summed (U * T * 512 bytes in flight a program, no shared memory)
-    c = tl.program_id(0)
-    h = tl.program_id(1)
-    row = TABLE + (c // chunks_per_seq).to(tl.int64) * stride_bt
-    start = (c % chunks_per_seq) * L
+    h, row, start = _program_range(TABLE, L, chunks_per_seq, stride_bt)
     end = start + L
     base = h.to(tl.int64) * stride_kh
     acc = tl.zeros([D], tl.float32)
     for t in range(start, end, T * U):
         if U == 1:
-            acc += _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            acc += _tile_sum(K, V, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
         elif U == 2:
-            a = _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
-            b = _tile_sum(K, V, TABLE, row, base, t + T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            a = _tile_sum(K, V, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            b = _tile_sum(K, V, row, base, t + T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
             acc += a + b
         else:
-            a = _tile_sum(K, V, TABLE, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
-            b = _tile_sum(K, V, TABLE, row, base, t + T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
-            c2 = _tile_sum(K, V, TABLE, row, base, t + 2 * T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
-            d = _tile_sum(K, V, TABLE, row, base, t + 3 * T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
-            acc += (a + b) + (c2 + d)
-    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(acc, axis=0))
+            a = _tile_sum(K, V, row, base, t, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            b = _tile_sum(K, V, row, base, t + T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            c = _tile_sum(K, V, row, base, t + 2 * T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            d = _tile_sum(K, V, row, base, t + 3 * T, end, stride_kp, stride_kt, PAGE_SIZE, T, D)
+            acc += (a + b) + (c + d)
+    tl.store(OUT + tl.program_id(0) * tl.num_programs(1) + h, tl.sum(acc, axis=0))
 
 
 @triton.jit
@@ -130,10 +133,8 @@ def _dots_kernel(
 ):  # fmt: skip
     # ceiling_probe's dots on _pg_kernel's grid: tiles consumed by the decode's two products (no softmax), so Triton
     # pipelines them through shared memory; pages through TABLE (PAGED) or the pool in order (no table load)
-    c = tl.program_id(0)
-    h = tl.program_id(1)
-    seq = (c // chunks_per_seq).to(tl.int64)
-    start = (c % chunks_per_seq) * L
+    h, row, start = _program_range(TABLE, L, chunks_per_seq, stride_bt)
+    seq = (tl.program_id(0) // chunks_per_seq).to(tl.int64)
     q = (tl.zeros([16, D], tl.float32) + 1.0).to(K.dtype.element_ty)
     acc = tl.zeros([16, D], tl.float32)
     base = h.to(tl.int64) * stride_kh
@@ -141,7 +142,7 @@ def _dots_kernel(
     for t in range(start, start + L, BLOCK_N):
         offs_n = t + tl.arange(0, BLOCK_N)
         if PAGED:
-            page = tl.load(TABLE + seq * stride_bt + offs_n // PAGE_SIZE).to(tl.int64)
+            page = tl.load(row + offs_n // PAGE_SIZE).to(tl.int64)
         else:
             page = seq * (L * chunks_per_seq // PAGE_SIZE) + offs_n // PAGE_SIZE
         off = base + page[:, None] * stride_kp + (offs_n % PAGE_SIZE)[:, None] * stride_kt + offs_d[None, :]
@@ -149,7 +150,7 @@ def _dots_kernel(
         v = tl.load(V + off)
         s = tl.dot(q, tl.trans(k))
         acc += tl.dot(s.to(K.dtype.element_ty), v)
-    tl.store(OUT + c * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
+    tl.store(OUT + tl.program_id(0) * tl.num_programs(1) + h, tl.sum(tl.sum(acc, axis=1), axis=0))
 
 
 def main():

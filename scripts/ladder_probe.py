@@ -23,6 +23,7 @@ from ceiling_probe import graph_us
 
 from flashdecode import decode_attention, plan_decode
 from flashdecode.bench import ProbeLog, probe_case
+from flashdecode.triton_common import softmax_step
 
 STEPS = ("products", "+ page ids ahead", "+ length, masks", "+ online softmax", "+ epilogue")
 
@@ -96,10 +97,7 @@ def _ladder_kernel(
         s = tl.dot(q, tl.trans(k))
         if STEP >= 3:
             s = tl.where(mask_n[None, :], s * qk_scale, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
+            m_new, alpha, p, l_i = softmax_step(m_i, l_i, s)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         else:
