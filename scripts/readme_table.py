@@ -5,7 +5,7 @@ run, with PERF.md's best peer beside them.
 
 Rows keep the order of the files (the anchor grid's, then e.g. ragged and dims); a row's "vs fastest" is the fastest
 peer's time over the plan's (FlashInfer's faster path, SGLang's and vLLM's Triton kernels), "PERF.md" is the best peer
-time listed in ../shared/PERF.md. The last line names the commit, GPU, versions and the run's ``torch.sum`` bandwidth.
+time listed in ../shared/PERF.md. The last line names the commit, GPU, versions and the run's read bandwidths (``bench.read_bandwidths``).
 """
 
 import json

@@ -37,6 +37,8 @@ def test_read_partials_refuses_a_strided_tensor_and_a_short_buffer(device):
         read_partials(torch.ones(4, 2 * BLOCK, device=device)[:, ::2])
     with pytest.raises(AssertionError, match="one element a program"):
         read_partials(torch.ones(2 * BLOCK + 1, device=device), torch.empty(2, device=device))
+    with pytest.raises(AssertionError, match="contiguous fp32"):
+        read_partials(torch.ones(2 * BLOCK + 1, device=device), torch.empty(3, 2, device=device)[:, 0])
 
 
 def test_measure_read_bandwidth_names_a_bad_read():
@@ -49,3 +51,11 @@ def test_read_bandwidths_text_names_both_reads():
     assert bench.read_bandwidths(new) == "read bandwidth 4570 GB/s (triton_read; torch.sum 4210)"
     # results.json files before 2026-11-30 recorded torch.sum's read as read_bandwidth_gbps
     assert bench.read_bandwidths({"read_bandwidth_gbps": 4163.0}) == "read bandwidth (torch.sum) 4163 GB/s"
+    # a CPU run measures neither; scripts/bench_cp.py measures torch.sum's alone
+    assert bench.read_bandwidths(bench.provenance("cpu", None, "t")) == "read bandwidth not measured"
+    assert bench.read_bandwidths(bench.provenance("cpu", None, "t", 4.2e12)) == "read bandwidth (torch.sum) 4200 GB/s"
+
+
+def test_provenance_files_each_read_under_its_own_key():
+    meta = bench.provenance("cpu", 4.63e12, "t", 4.21e12)
+    assert (meta["read_bandwidth_gbps"], meta["torch_sum_gbps"]) == (4630.0, 4210.0)

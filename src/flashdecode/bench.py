@@ -299,7 +299,7 @@ def measure_read_bandwidth(device, how: str = "torch.sum") -> float:
     """Bytes/s of one read of a 4 GiB bf16 tensor in this process, median of eager calls.
 
     how: "stream", ``triton_read``'s one-load-a-program kernel, the benchmark's read ceiling (its % peak and bound
-    µs); or "torch.sum", the yardstick the notes compare machines by (4160-4220 GB/s on the H200s of this project,
+    µs); or "torch.sum", the yardstick the notes compare machines by (4.08-4.22 TB/s on the H200s of this project,
     slower than the decode's best rows: docs/benchmarks/h200-2026-11-30)."""
     import torch
     from triton.testing import do_bench
@@ -690,10 +690,14 @@ def _progress(total, enabled):
 def read_bandwidths(meta) -> str:
     """The run's read bandwidths as text: the % peak column's ceiling and torch.sum's, from a results.json's meta
     (runs before 2026-11-30 recorded torch.sum's alone, as read_bandwidth_gbps)."""
-    read = meta.get("read_bandwidth_gbps") or 0
+    read, total = meta.get("read_bandwidth_gbps"), meta.get("torch_sum_gbps")
+    if not read and not total:
+        return "read bandwidth not measured"
     if "torch_sum_gbps" not in meta:
         return f"read bandwidth (torch.sum) {read:.0f} GB/s"
-    return f"read bandwidth {read:.0f} GB/s (triton_read; torch.sum {meta.get('torch_sum_gbps') or 0:.0f})"
+    if not read:
+        return f"read bandwidth (torch.sum) {total:.0f} GB/s"
+    return f"read bandwidth {read:.0f} GB/s (triton_read; torch.sum {total or 0:.0f})"
 
 
 def provenance(device, read_bw, timing, sum_bw=None) -> dict:

@@ -4,10 +4,10 @@ Each program sums BLOCK contiguous elements loaded by one ``tl.load`` and writes
 programs, many more than the GPU holds at once, are dealt out by the hardware as slots free, so no SM waits for a
 slow one. Bytes: reads the whole tensor once, writes 4 bytes a program. Grid: (ceil(numel / BLOCK),).
 
-On the H200 this read 64 MiB in 16.0-16.7 µs (4574-4584 GB/s over 32-128 MiB, 1.92 µs fixed) and 4 GiB at
-4630 GB/s, where ``torch.sum`` took 23.1 µs on the 64 MiB and read 4 GiB at 4160-4220 GB/s, slower than the decode
-kernels' best rows (docs/benchmarks/h200-2026-11-30: read-floor-e8e144f, read-ceiling-a58e992). Its PyTorch mirror
-is ``x.float().sum()``.
+On the H200 the same kernel (unmasked, in scripts/read_floor_probe.py) read 64 MiB in 16.0-16.7 µs (4574-4584 GB/s
+over 32-128 MiB, 1.92 µs fixed), and this module 4 GiB at 4630 GB/s, where ``torch.sum`` reads 4 GiB at 4.08-4.22
+TB/s, slower than the decode kernels' best rows (docs/benchmarks/h200-2026-11-30: read-floor-e8e144f,
+read-ceiling-a58e992). Its PyTorch mirror is ``x.float().sum()``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .triton_common import cdiv
 
 __all__ = ["read_sum", "read_partials"]
 
-# elements a program: 16 KB of bf16, 8 warps (64 bytes a thread in flight); the best of 2-64 KB at 4-16 warps
+# elements a program: 16 KB of bf16, 8 warps (64 bytes a thread in flight); the best of 4-64 KB at 4-16 warps
 BLOCK = 8192
 NUM_WARPS = 8
 
@@ -58,6 +58,8 @@ def read_partials(x: torch.Tensor, partial: torch.Tensor | None = None) -> torch
     programs = max(1, cdiv(x.numel(), BLOCK))
     if partial is None:
         partial = torch.empty(programs, device=x.device, dtype=torch.float32)
-    assert partial.dtype == torch.float32 and partial.numel() >= programs, "partial: fp32, one element a program"
+    assert partial.dtype == torch.float32 and partial.is_contiguous() and partial.numel() >= programs, (
+        "partial: contiguous fp32, one element a program"
+    )
     _read_sum_kernel[(programs,)](x, partial, x.numel(), BLOCK=BLOCK, num_warps=NUM_WARPS)
     return partial[:programs]
