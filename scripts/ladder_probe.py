@@ -1,4 +1,4 @@
-"""Where the single pass's ~1.6 us over its bare pipelined products go, on the 12/2 single-pass rows: one kernel
+"""Where the single pass's 1.1-1.7 us over its bare pipelined products go, on the 12/2 single-pass rows: one kernel
 rebuilt from gather_floor_probe's ``pdots`` (a program per sequence and KV head, 32-token tiles, the two products
 pipelined through shared memory) one decode feature at a time, each step timed beside the library's single pass.
 
@@ -8,7 +8,9 @@ pipelined through shared memory) one decode feature at a time, each step timed b
     STEP 3  + the online softmax (running row max across the warps, exp2, rescale; q read from memory)
     STEP 4  + the epilogue: out = acc / l and the LSE stored (checked against the float64 reference)
 
-and the products with the page ids two tiles ahead, or one id a page (a [tiles' pages] load, offsets broadcast).
+and the products with the page ids a tile ahead, two tiles ahead, or one id a page (a [tiles' pages] load, offsets
+broadcast), each on 32-token tiles at 3 and 4 stages and 64-token tiles at 3 (ladder-01051e4 timed two ahead at
+18.15 us on the 64-token tile without one ahead beside it: the next run settles it).
 
     python scripts/ladder_probe.py    # on the GPU machine; writes $OUT/ladder.jsonl, a table last
 """
@@ -150,7 +152,8 @@ def main():
         for step, (bn, stages) in itertools.product(range(5), ((32, 3), (32, 4))):
             cit = itertools.cycle(copies)
             res[f"step{step}/bn{bn}s{stages}"] = graph_us(lambda: ladder(next(cit), seqlens[0], step, out, lse, sink, bn, stages))
-        for ids, (bn, stages) in itertools.product((2, 3), ((32, 3), (32, 4), (64, 3))):
+        # one tile ahead (the library's) on every tile too: ladder-01051e4 timed two ahead on the 64-token tile alone
+        for ids, (bn, stages) in itertools.product((1, 2, 3), ((32, 3), (32, 4), (64, 3))):
             cit = itertools.cycle(copies)
             res[f"ids{ids}/bn{bn}s{stages}"] = graph_us(
                 lambda: ladder(next(cit), seqlens[0], 1, out, lse, sink, bn, stages, ids))
@@ -160,7 +163,7 @@ def main():
         for step in range(5):
             v, k = min((v, k) for k, v in res.items() if k.startswith(f"step{step}/"))
             log.line(f"{name:<14} {STEPS[step]:<20} {v:6.2f} us ({k})")
-        for ids, what in ((2, "ids two tiles ahead"), (3, "one id a page")):
+        for ids, what in ((1, "ids a tile ahead"), (2, "ids two tiles ahead"), (3, "one id a page")):
             v, k = min((v, k) for k, v in res.items() if k.startswith(f"ids{ids}/"))
             log.line(f"{name:<14} {'products, ' + what:<20} {v:6.2f} us ({k})")
         log.line(f"{name:<14} {'library (plan)':<20} {res['library']:6.2f} / {res['library again']:6.2f} us")
