@@ -691,12 +691,10 @@ def read_bandwidths(meta) -> str:
     """The run's read bandwidths as text: the % peak column's ceiling and torch.sum's, from a results.json's meta
     (runs before 2026-11-30 recorded torch.sum's alone, as read_bandwidth_gbps)."""
     read, total = meta.get("read_bandwidth_gbps"), meta.get("torch_sum_gbps")
-    if not read and not total:
-        return "read bandwidth not measured"
     if "torch_sum_gbps" not in meta:
-        return f"read bandwidth (torch.sum) {read:.0f} GB/s"
+        read, total = None, read
     if not read:
-        return f"read bandwidth (torch.sum) {total:.0f} GB/s"
+        return f"read bandwidth (torch.sum) {total:.0f} GB/s" if total else "read bandwidth not measured"
     return f"read bandwidth {read:.0f} GB/s (triton_read; torch.sum {total or 0:.0f})"
 
 
