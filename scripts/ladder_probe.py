@@ -9,8 +9,8 @@ pipelined through shared memory) one decode feature at a time, each step timed b
     STEP 4  + the epilogue: out = acc / l and the LSE stored (checked against the float64 reference)
 
 and the products with the page ids a tile ahead, two tiles ahead, or one id a page (a [tiles' pages] load, offsets
-broadcast), each on 32-token tiles at 3 and 4 stages and 64-token tiles at 3 (ladder-01051e4 timed two ahead at
-18.15 us on the 64-token tile without one ahead beside it: the next run settles it).
+broadcast), each on 32-token tiles at 3 and 4 stages and 64-token tiles at 3 (ladder-7fd18b9: two ahead 17.94 us on
+the 64-token tile, one ahead 20.06 there and 18.31 on the 32-token tile; in the library it lost, docs/design.md).
 
     python scripts/ladder_probe.py    # on the GPU machine; writes $OUT/ladder.jsonl, a table last
 """

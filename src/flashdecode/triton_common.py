@@ -616,7 +616,7 @@ def attend_range(
     needed. With Q_LEN > 1 rows differ, a tile may be fully masked for a row, and the running max is measured from 0
     while it is still -inf (so exp2(-inf - (-inf)) never happens). Otherwise every tile holds a valid token for
     every row, so m_i is finite after the first tile.
-    PREFETCH_PAGES: each tile's page ids are loaded one tile ahead (2: two tiles ahead), into registers. The K/V loads then depend on no
+    PREFETCH_PAGES: each tile's page ids are loaded one tile ahead, into registers. The K/V loads then depend on no
     load of their own iteration and Triton's pipeliner gives them num_stages - 1 shared-memory buffers: the next
     tile's K/V are in flight while this one is computed. With the page-id load in the same iteration, page ids,
     K/V and the dot take three pipeline stages and K/V get one buffer at 3 or 4 stages (two from 5 on), so a
@@ -654,9 +654,6 @@ def attend_range(
             next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
     elif PREFETCH_PAGES:
         next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
-    if PREFETCH_PAGES == 2:
-        # and the second tile's: the ids of tile i + 2 are loaded in step i
-        next_pages2 = first_page_ids(BLOCK_ROW, stride_btp, first + BLOCK_N, end, PAGE_SIZE, BLOCK_N)
     # [BLOCK_H, BLOCK_N] per-token running sums of p, rescaled with the state, in the tiles that defer the row sums
     DEFER: tl.constexpr = defer_row_sum(DEFER_ROW_SUM, BLOCK_N, PREFETCH_PAGES, KV_FP8)
     l_tile = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
@@ -671,13 +668,7 @@ def attend_range(
             # whole runs up to end (a multiple of RUN); the tokens before start are read but take no part
             mask_run = tl.max_constancy(mask_n, RUN_C(PAGE_SIZE, BLOCK_N))
             mask_n = mask_n & (offs_n >= start)
-        if PREFETCH_PAGES == 2:
-            page = next_pages
-            next_pages = next_pages2
-            offs_next = offs_n + 2 * BLOCK_N
-            next_pages2 = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
-                                  mask=offs_next < end, other=0)  # fmt: skip
-        elif PREFETCH_PAGES:
+        if PREFETCH_PAGES:
             page = next_pages
             offs_next = offs_n + BLOCK_N
             next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
