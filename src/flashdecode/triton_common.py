@@ -503,17 +503,6 @@ def load_q_rows(Q, stride_qt, stride_qh, row_tok, row_head, mask_h, offs_d, HEAD
 # after its walk, in the 16-bit page-prefetch tiles of 32 and 128 tokens only (defer_row_sum; elsewhere the registers
 # cost programs per SM). FLASHDECODE_DEFER_SUM=0: a row sum per tile (docs/design.md, "The row sum, once")
 DEFER_ROW_SUM = tl.constexpr(env_flag("FLASHDECODE_DEFER_SUM", True))
-# attend_range reads a tile's tokens past `end` at the range's last token (head-dim-major V): its K/V loads need no
-# mask, and the -inf scores give those tokens p = 0 against finite K and V. FLASHDECODE_CLAMP_TOKENS=0: masked loads
-# (zeros past `end`), as before (docs/design.md, "Clamped tokens")
-CLAMP_TOKENS = tl.constexpr(env_flag("FLASHDECODE_CLAMP_TOKENS", True))
-
-
-@triton.constexpr_function
-def clamps_tokens(switch, v_t):
-    """Whether attend_range clamps its tokens to the range (switch: CLAMP_TOKENS, passed from the jit code so that
-    Triton keys its compile cache on it): with a head-dim-major V (v_t 0) only."""
-    return bool(switch) and not v_t
 
 
 @triton.constexpr_function
@@ -659,19 +648,12 @@ def attend_range(
         # the walk starts on start's run; an empty range must not walk the tokens of that run before start
         first = start // RUN_C(PAGE_SIZE, BLOCK_N) * RUN_C(PAGE_SIZE, BLOCK_N)
         end = tl.where(end > start, end, first)
-    # tokens past `end` read the range's last token (CLAMP_TOKENS; head-dim-major V only)
-    CLAMP: tl.constexpr = clamps_tokens(CLAMP_TOKENS, V_T)
     if PREFETCH_PAGES and EARLY_PAGES:
         next_pages = early_pages
-        # the early ids past `end` may be anything (read up to the table's width): a clamped walk loads them again
-        # when its first tile is not whole
-        reload = first != early_first
-        if CLAMP:
-            reload = reload | (end - first < BLOCK_N)
-        if reload:
-            next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N, CLAMP)
+        if first != early_first:
+            next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
     elif PREFETCH_PAGES:
-        next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N, CLAMP)
+        next_pages = first_page_ids(BLOCK_ROW, stride_btp, first, end, PAGE_SIZE, BLOCK_N)
     # [BLOCK_H, BLOCK_N] per-token running sums of p, rescaled with the state, in the tiles that defer the row sums
     DEFER: tl.constexpr = defer_row_sum(DEFER_ROW_SUM, BLOCK_N, PREFETCH_PAGES, KV_FP8)
     l_tile = tl.zeros([q.shape[0], BLOCK_N], tl.float32)
@@ -686,23 +668,14 @@ def attend_range(
             # whole runs up to end (a multiple of RUN); the tokens before start are read but take no part
             mask_run = tl.max_constancy(mask_n, RUN_C(PAGE_SIZE, BLOCK_N))
             mask_n = mask_n & (offs_n >= start)
-        # [BLOCK_N] the token each slot reads: with CLAMP the last one, end - 1 (>= first in the loop), past `end`
-        tok = offs_n
-        if CLAMP:
-            tok = tl.minimum(offs_n, end - 1)
         if PREFETCH_PAGES:
             page = next_pages
             offs_next = offs_n + BLOCK_N
-            if CLAMP:
-                next_pages = tl.load(BLOCK_ROW + (tl.minimum(offs_next, end - 1).to(tl.uint32) // PAGE_SIZE) * stride_btp)
-            else:
-                next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
-                                     mask=offs_next < end, other=0)  # fmt: skip
-        elif CLAMP:
-            page = tl.load(BLOCK_ROW + (tok.to(tl.uint32) // PAGE_SIZE) * stride_btp)
+            next_pages = tl.load(BLOCK_ROW + (offs_next.to(tl.uint32) // PAGE_SIZE) * stride_btp,
+                                 mask=offs_next < end, other=0)  # fmt: skip
         else:
             page = tl.load(BLOCK_ROW + (offs_n.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=mask_run, other=0)
-        row = (tok.to(tl.uint32) % PAGE_SIZE).to(tl.int32)
+        row = (offs_n.to(tl.uint32) % PAGE_SIZE).to(tl.int32)
         # [BLOCK_N] element offset of each token's row in the caches: 32-bit when the host found that every offset
         # fits (cache_offsets_fit_int32), else 64-bit
         if OFFS_I32:
@@ -713,18 +686,9 @@ def attend_range(
             v_row = page.to(tl.int64) * stride_vp + row.to(tl.int64) * stride_vt
         mask_kv = mask_n[:, None] & mask_d[None, :]
         # [BLOCK_N, BLOCK_D]
-        if CLAMP and HEAD_DIM == offs_d.shape[0]:
-            # every slot reads a token of the range: no mask
-            k = tl.load(K + k_row[:, None] + offs_d[None, :])
-            v = tl.load(V + v_row[:, None] + offs_d[None, :])
-        elif CLAMP:
-            k = tl.load(K + k_row[:, None] + offs_d[None, :], mask=mask_d[None, :], other=0.0)
-            v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_d[None, :], other=0.0)
-        else:
-            k = tl.load(K + k_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
+        k = tl.load(K + k_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
         if V_T == 0:
-            if not CLAMP:
-                v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
+            v = tl.load(V + v_row[:, None] + offs_d[None, :], mask=mask_kv, other=0.0)
         elif V_T == 1:
             # a run's tokens are consecutive elements from a RUN-aligned offset (page strides are multiples of
             # PAGE_SIZE: v_token_major), and the tile starts on a run
@@ -795,18 +759,12 @@ def attend_range(
 
 
 @triton.jit
-def first_page_ids(
-    BLOCK_ROW, stride_btp, first, limit, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, CLAMP: tl.constexpr = False
-):  # fmt: skip
+def first_page_ids(BLOCK_ROW, stride_btp, first, limit, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr):
     """[BLOCK_N] page ids of tokens [first, first + BLOCK_N) of a block-table row, those at or past token `limit` 0:
     the first tile of a walk with the page-id prefetch (attend_range). With limit the row's width (its columns *
     PAGE_SIZE) a kernel can issue the load before it has its sequence's length (EARLY_PAGES); entries past the
-    sequence are read then, but never dereferenced: the K/V loads mask by the length. CLAMP (attend_range's): those
-    at or past `limit` take token limit - 1's id instead, all 0 if limit <= first (an empty walk)."""
+    sequence are read then, but never dereferenced: the K/V loads mask by the length."""
     offs = first + tl.arange(0, BLOCK_N)
-    if CLAMP:
-        offs = tl.minimum(offs, limit - 1)
-        return tl.load(BLOCK_ROW + (offs.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs >= first, other=0)
     return tl.load(BLOCK_ROW + (offs.to(tl.uint32) // PAGE_SIZE) * stride_btp, mask=offs < limit, other=0)
 
 
