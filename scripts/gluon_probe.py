@@ -8,8 +8,9 @@ each step as Triton does (Q_REGS 0), with everything else alike: a program per (
 the tokens of q . K^T and the head dim of P . V, 32-token steps, the K and V tiles gathered through the block table
 by async copies into a ring of 3 buffers (two steps in flight), the page ids a step ahead, the online softmax in
 exp2, the first page ids loaded beside the length and calls chained by PDL as the library's are. One query token,
-16-bit cache, head_dim 128, group <= 16, page size dividing 32; every tile must be whole (lengths a multiple of 32:
-the masked copies' zero-fill is not relied on). At 69ebf3b (no PDL, ids after the length, 3 and 4 buffers) q in
+16-bit cache, head_dim 128, group <= 16, page size dividing 32. A step past a sequence's end is masked: its copies
+write zeros (cp.async with a source size of 0, in the PTX) and its scores are -inf; the ragged rows below check it
+with the slots past each length poisoned with NaN. At 69ebf3b (no PDL, ids after the length, 3 and 4 buffers) q in
 registers took 256 x 256 12/2 20.89 -> 20.30 us, 512 x 512 12/2 68.49 -> 67.33, against the library's 19.47 and
 69.29 (h200-2026-11-30/gluon-69ebf3b).
 
@@ -151,14 +152,28 @@ def gluon_decode(case, out, q_regs=True, block_n=32, stages=3):
     )  # fmt: skip
 
 
-ROWS = [([256] * 256, 12, 2), ([512] * 128, 12, 2), ([512] * 512, 12, 2), ([2048] * 32, 28, 4)]
+RAGGED = [0, 1, 17, 31, 33, 100, 255, 513] * 32
+ROWS = [([256] * 256, 12, 2), ([512] * 128, 12, 2), ([512] * 512, 12, 2), ([2048] * 32, 28, 4), (RAGGED, 12, 2),
+        (RAGGED, 28, 4)]  # fmt: skip
+
+
+def poison_past_lengths(case):
+    """NaN in every slot of a sequence's last page past its length (the K/V a masked step must not read)."""
+    page_size = case.k_cache.shape[1]
+    for b, n in enumerate(case.cache_seqlens.tolist()):
+        if n % page_size:
+            page = int(case.block_table[b, n // page_size])
+            case.k_cache[page, n % page_size :] = float("nan")
+            case.v_cache[page, n % page_size :] = float("nan")
 
 
 def main():
     log = ProbeLog("gluon")
     for seqlens, hq, hkv in ROWS:
         case, ref, copies = probe_case(seqlens, hq, hkv)
-        name = f"{len(seqlens)}x{seqlens[0]} {hq}/{hkv}"
+        for c in copies:
+            poison_past_lengths(c)
+        name = f"{len(seqlens)}x{seqlens[0]} {hq}/{hkv}" if len(set(seqlens)) == 1 else f"ragged {hq}/{hkv}"
         out = torch.empty_like(case.q)
         res = {}
         plan = plan_decode(case.q, case.k_cache, case.cache_seqlens, case.block_table)
