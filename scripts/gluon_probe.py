@@ -12,7 +12,9 @@ exp2, the first page ids loaded beside the length and calls chained by PDL as th
 write zeros (cp.async with a source size of 0, in the PTX) and its scores are -inf; the ragged rows below check it
 with the slots past each length poisoned with NaN. At 69ebf3b (no PDL, ids after the length, 3 and 4 buffers) q in
 registers took 256 x 256 12/2 20.89 -> 20.30 us, 512 x 512 12/2 68.49 -> 67.33, against the library's 19.47 and
-69.29 (h200-2026-11-30/gluon-69ebf3b).
+69.29 (h200-2026-11-30/gluon-69ebf3b). As it is now, with 2 buffers and q in registers: 256 x 256 12/2 18.62-18.83 us
+against the library's 19.44-19.74 in four processes (gluon-6a9ffcd, gluon-26bab2b, gluon-ddfb875; docs/design.md,
+"A Gluon single pass: under 19 µs").
 
     python scripts/gluon_probe.py    # on the GPU machine; writes $OUT/gluon.jsonl, a table last
 """
