@@ -16,9 +16,10 @@ registers took 256 x 256 12/2 20.89 -> 20.30 us, 512 x 512 12/2 68.49 -> 67.33, 
 against the library's 19.44-19.74 in four processes (gluon-6a9ffcd, gluon-26bab2b, gluon-ddfb875; docs/design.md,
 "A Gluon single pass: under 19 µs").
 
-    python scripts/gluon_probe.py    # on the GPU machine; writes $OUT/gluon.jsonl, a table last
+    python scripts/gluon_probe.py [--rows B,L,Hq,Hkv[;...]]   # on the GPU; writes $OUT/gluon.jsonl, a table last
 """
 
+import argparse
 import itertools
 import math
 
@@ -170,8 +171,14 @@ def poison_past_lengths(case):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... (uniform rows) instead of ROWS")
+    args = ap.parse_args()
+    rows = ROWS
+    if args.rows:
+        rows = [([ln] * b, hq, hkv) for b, ln, hq, hkv in (map(int, r.split(",")) for r in args.rows.split(";"))]
     log = ProbeLog("gluon")
-    for seqlens, hq, hkv in ROWS:
+    for seqlens, hq, hkv in rows:
         case, ref, copies = probe_case(seqlens, hq, hkv)
         for c in copies:
             poison_past_lengths(c)
