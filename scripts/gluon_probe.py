@@ -30,6 +30,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
 from flashdecode import decode_attention, plan_decode
 from flashdecode.bench import ProbeLog, probe_case, probe_graph_us
+from flashdecode.cases import poison_page_tails
 
 
 @gluon.jit
@@ -160,16 +161,6 @@ ROWS = [([256] * 256, 12, 2), ([512] * 128, 12, 2), ([512] * 512, 12, 2), ([2048
         (RAGGED, 28, 4)]  # fmt: skip
 
 
-def poison_past_lengths(case):
-    """NaN in every slot of a sequence's last page past its length (the K/V a masked step must not read)."""
-    page_size = case.k_cache.shape[1]
-    for b, n in enumerate(case.cache_seqlens.tolist()):
-        if n % page_size:
-            page = int(case.block_table[b, n // page_size])
-            case.k_cache[page, n % page_size :] = float("nan")
-            case.v_cache[page, n % page_size :] = float("nan")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... (uniform rows) instead of ROWS")
@@ -181,7 +172,7 @@ def main():
     for seqlens, hq, hkv in rows:
         case, ref, copies = probe_case(seqlens, hq, hkv)
         for c in copies:
-            poison_past_lengths(c)
+            poison_page_tails(c)
         name = f"{len(seqlens)}x{seqlens[0]} {hq}/{hkv}" if len(set(seqlens)) == 1 else f"ragged {hq}/{hkv}"
         out = torch.empty_like(case.q)
         res = {}

@@ -21,6 +21,7 @@ from helpers import (
 )
 
 from flashdecode import decode_attention
+from flashdecode.cases import poison_page_tails
 from flashdecode.triton_splitk import chunk_plan, num_candidates, split_bounds, splitk_partials_mirror
 from flashdecode.triton_tma import check_supported, decode_tma, grid_slots
 
@@ -36,16 +37,6 @@ GEOMETRIES = [
     ("bf16", 16, 4, 128),
     ("bf16", 32, 1, 64),
 ]
-
-
-def poison_page_tails(c):
-    """Fill the rows past each sequence's end in its last page with NaN, in place."""
-    page = c.k_cache.shape[1]
-    for b, n in enumerate(c.cache_seqlens.tolist()):
-        if n % page:
-            last = int(c.block_table[b, n // page])
-            c.k_cache[last, n % page :] = float("nan")
-            c.v_cache[last, n % page :] = float("nan")
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from helpers import ALL_BACKENDS, case, max_err, output_tolerance, ragged_length
 
 from flashdecode import append_kv, decode_attention
 from flashdecode.api import v_token_major
+from flashdecode.cases import poison_page_tails
 from flashdecode.cases import token_major_v as token_major
 from flashdecode.reference import reference_append_kv
 
@@ -28,13 +29,7 @@ def poison_tails(c):
     table = torch.where(c.block_table >= 0, c.block_table + 1, c.block_table)
     c = dataclasses.replace(c, k_cache=torch.cat([nan_page, c.k_cache]), v_cache=torch.cat([nan_page, c.v_cache]),
                             block_table=table)  # fmt: skip
-    page_size = c.k_cache.shape[1]
-    for b, n in enumerate(c.cache_seqlens.tolist()):
-        if n % page_size:
-            page = int(c.block_table[b, n // page_size])
-            c.k_cache[page, n % page_size :] = NAN
-            c.v_cache[page, n % page_size :] = NAN
-    return c
+    return poison_page_tails(c)
 
 
 RUNS_ALL = [(b, None) for b in ALL_BACKENDS] + [("triton_splitk", 3)]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["PagedCase", "random_paged_case", "token_major_v"]
+__all__ = ["PagedCase", "poison_page_tails", "random_paged_case", "token_major_v"]
 
 
 @dataclass
@@ -88,6 +88,18 @@ def random_paged_case(
         cache_seqlens=torch.tensor(seqlens, dtype=torch.int32, device=device),
         block_table=table.to(device),
     )
+
+
+def poison_page_tails(case: PagedCase, value: float = float("nan")) -> PagedCase:
+    """Fill every K and V slot past each sequence's length in its last page with ``value`` (NaN), in place, and
+    return the case: the slots a masked step reads if its mask is wrong (random_paged_case fills them with data)."""
+    page_size = case.k_cache.shape[1]
+    for b, n in enumerate(case.cache_seqlens.tolist()):
+        if n % page_size:
+            page = int(case.block_table[b, n // page_size])
+            case.k_cache[page, n % page_size :] = value
+            case.v_cache[page, n % page_size :] = value
+    return case
 
 
 def token_major_v(v_cache):
