@@ -6,15 +6,15 @@ The library's `tl` kernel re-reads its 16 x 128 q tile from shared memory at eve
 converted once to the MMA's A-operand layout and stays in registers (Q_REGS 1), or is read from shared memory at
 each step as Triton does (Q_REGS 0), with everything else alike: a program per (sequence, KV head), 4 warps over
 the tokens of q . K^T and the head dim of P . V, 32-token steps, the K and V tiles gathered through the block table
-by async copies into a ring of 3 buffers (two steps in flight), the page ids a step ahead, the online softmax in
+by async copies into a ring of STAGES buffers (STAGES - 1 steps in flight), the page ids a step ahead, the online softmax in
 exp2, the first page ids loaded beside the length and calls chained by PDL as the library's are. One query token,
 16-bit cache, head_dim 128, group <= 16, page size dividing 32. A step past a sequence's end is masked: its copies
 write zeros (cp.async with a source size of 0, in the PTX) and its scores are -inf; the ragged rows below check it
 with the slots past each length poisoned with NaN. At 69ebf3b (no PDL, ids after the length, 3 and 4 buffers) q in
 registers took 256 x 256 12/2 20.89 -> 20.30 us, 512 x 512 12/2 68.49 -> 67.33, against the library's 19.47 and
 69.29 (h200-2026-11-30/gluon-69ebf3b). As it is now, with 2 buffers and q in registers: 256 x 256 12/2 18.62-18.83 us
-against the library's 19.44-19.74 in four processes (gluon-6a9ffcd, gluon-26bab2b, gluon-ddfb875; docs/design.md,
-"A Gluon single pass: under 19 µs").
+against the library's 19.44-19.75 in five processes (gluon-6a9ffcd, gluon-26bab2b, gluon-ddfb875, gluon-73d600e;
+docs/design.md, "A Gluon single pass: under 19 µs").
 
     python scripts/gluon_probe.py [--rows B,L,Hq,Hkv[;...]]   # on the GPU; writes $OUT/gluon.jsonl, a table last
 """
