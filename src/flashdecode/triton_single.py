@@ -16,6 +16,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import gluon_single
 from .api import v_token_major
 from .launcher import launch
 from .triton_common import (
@@ -210,7 +211,7 @@ def single_config(head_dim, group, dtype, q_len, kv_itemsize, kv_programs, num_s
 
 def decode_single(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, config=None, features=None,
-    num_sms=None, even_only=False, long_mean=0, tail_first=0, longest_first=False, even_span=0,
+    num_sms=None, even_only=False, long_mean=0, tail_first=0, longest_first=False, even_span=0, gluon=None,
 ):  # fmt: skip
     """Launch the single-pass kernel.
 
@@ -233,6 +234,9 @@ def decode_single(
             even_only, only with even_span: other dual-path batches are even).
         even_span: with even_only, a full grid's test (``triton_splitk.full_grid_span``): the programs write unless
             the longest sequence outlasts a wave's share (0: the test over the batch).
+        gluon: run ``gluon_single``'s kernel instead (True: it must support the call); None: where it supports the
+            call and was measured faster (``gluon_single.pays``), for calls in batch order without config overrides
+            or even_only.
     """
     q_shape = q.shape
     batch, num_q_heads, head_dim = q_shape[0], q_shape[-2], q_shape[-1]
@@ -260,6 +264,14 @@ def decode_single(
     assert not (even_span and (long_mean or not even_only)), "even_span is a full grid's dual path, without a tail"
     ordered = longest_first and (even_span or not even_only) and 1 < batch <= LONGEST_FIRST_MAX_BATCH
     ordered = ordered and programs > (num_sms or 0)
+    if gluon is None:
+        gluon = not (config or even_only or ordered) and gluon_single.pays(programs, num_sms)
+        gluon = gluon and not v_token_major(v_cache)
+        gluon = gluon and gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features)
+    if gluon:
+        return gluon_single.decode_single_gluon(
+            q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse
+        )  # fmt: skip
     # the single pass of a dual-path call is launched as before (not chained: decode_splitk)
     pdl, chain = use_pdl(q.device), chain_pdl(q.device) and not even_only
     launch(

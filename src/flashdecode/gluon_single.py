@@ -1,0 +1,228 @@
+"""The single pass written in Gluon (Triton's explicit-layout dialect) for the grouped decode rows it is faster on.
+
+The same algorithm as ``triton_single`` (one program per (sequence, KV head) walks the sequence's pages with the
+online softmax and writes the normalised output and the LSE; mirror: ``triton_splitk.splitk_partials_mirror`` with
+one chunk a sequence), with the layouts that Triton's compiler picks for the ``tl`` kernel written out, and two
+differences that its ``tl`` form cannot express in Triton 3.6:
+
+* q stays in registers. The ``tl`` kernel's q . K^T takes q from shared memory at every step (8 of its 32-token
+  loop's 18 ``LDSM`` re-read the same 16 x 128 q tile); here q is converted once to the MMA's A-operand layout.
+* the K and V tiles are gathered through the block table by ``cp.async`` copies into a ring of STAGES buffers that
+  the loop waits on itself (STAGES - 1 steps in flight), with the page ids loaded a step ahead; a copy past the
+  sequence's end writes zeros (a source size of 0), so no page past a length is read.
+
+Bytes per call: 2 * sum(lengths) * Hkv * D * itemsize (K and V once) + q + out (+ the LSE). Grid: (B, Hkv), 4 warps,
+32-token steps. What it takes (``supports``): one query token, a 16-bit cache of q's dtype in the NHD page layout,
+head dim 128, groups of 1 to 16 query heads a KV head, no softcap, ALiBi, sinks, window or scales, page ids and
+offsets that fit 32 bits, 16-byte aligned rows; on an sm_80+ GPU, compiled (Gluon kernels do not run under
+TRITON_INTERPRET, so the CPU tests compile it for sm_90 and the H200 suite runs it). Where ``decode_single`` takes
+it (``pays``): docs/design.md, "A Gluon single pass".
+"""
+
+from __future__ import annotations
+
+from .launcher import launch
+from .triton_common import LN2, LOG2E, PLAIN, cache_offsets_fit_int32, chain_pdl, interpreting, use_pdl
+
+try:  # Gluon ships with Triton >= 3.5's experimental package; without it the tl single pass runs
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    gluon = None
+
+__all__ = ["decode_single_gluon", "pays", "supports"]
+
+# tokens a step: a [16, 32] score tile, the K and V steps 8 KB each at head dim 128
+BLOCK_N = 32
+HEAD_DIM = 128
+# the most query heads a KV head: the MMA's 16 rows
+MAX_GROUP = 16
+# ring buffers: STAGES - 1 steps in flight while one is read. H200 (scripts/gluon_probe.py): 2 buffers took
+# 256 x 256 12/2 in 18.62-18.83 µs, 3 in 18.9-19.3; docs/design.md, "A Gluon single pass"
+STAGES = 2
+# decode_single takes this kernel for grids of at least this many programs a SM and at most GLUON_MAX_PER_SM (the
+# programs run in waves of 4 a SM): measured faster than the tl single pass there, docs/design.md. 0: never
+GLUON_MIN_PER_SM = 2.0
+GLUON_MAX_PER_SM = 12.0
+
+if gluon is not None:
+
+    @gluon.jit
+    def _issue(ring, X, pages, tok, end, stride_p, stride_t, offs_d, PAGE_SIZE: gl.constexpr):
+        """cp.async copies of one step's rows of X ([BLOCK_N, D]: token tok's row of page `pages`) into a ring
+        buffer; rows at or past `end` are zero-filled without a read. 32-bit offsets (``supports``); tok >= 0, so %
+        runs unsigned."""
+        rows = pages * stride_p + (tok.to(gl.uint32) % PAGE_SIZE).to(gl.int32) * stride_t
+        async_copy.async_copy_global_to_shared(ring, X + (rows[:, None] + offs_d[None, :]), mask=(tok < end)[:, None])
+
+    @gluon.jit
+    def _decode_single_gluon_kernel(
+        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, qk_scale, num_q_heads, table_tokens,
+        stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sl,
+        stride_btb, stride_btp, stride_ob, stride_oh,
+        GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+        STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
+    ):  # fmt: skip
+        # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
+        # B operands, the gather's [BLOCK_N, D] rows (8 elements = 16 bytes a thread), the ring's swizzled tiles
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
+        a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        ld: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        smem: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+        rows_l: gl.constexpr = gl.SliceLayout(1, mma)
+        cols_l: gl.constexpr = gl.SliceLayout(0, mma)
+
+        seq = gl.program_id(0)
+        kv_head = gl.program_id(1)
+        if USE_PDL:
+            # chained calls: the previous kernel has finished before the first load
+            gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+        end = gl.load(SEQLENS + seq * stride_sl)
+        table_row = BLOCK_TABLE + seq.to(gl.int64) * stride_btb
+        K = K + kv_head.to(gl.int64) * stride_kh
+        V = V + kv_head.to(gl.int64) * stride_vh
+
+        # q [16, D]: the KV head's GROUP query rows, padding rows 0, converted once to the A operand's registers
+        offs_h = gl.arange(0, 16, layout=gl.SliceLayout(1, ld))
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
+        q_rows = seq.to(gl.int64) * stride_qb + (kv_head * GROUP + offs_h).to(gl.int64) * stride_qh
+        q = gl.load(Q + q_rows[:, None] + offs_d[None, :], mask=(offs_h < GROUP)[:, None], other=0.0)
+        q_a = gl.convert_layout(q, a_op)
+
+        k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
+        v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
+        offs_t = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
+        # prologue: steps 0 .. STAGES - 2 in flight (a copy group each, zeros past the end); their page ids masked by
+        # the table's width only, so that they load beside the length (ids past the length are never dereferenced)
+        for j in gl.static_range(STAGES - 1):
+            tok = j * BLOCK_N + offs_t
+            pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < table_tokens, other=0)
+            _issue(k_ring.index(j), K, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
+            if SAME_STRIDES:
+                _issue(v_ring.index(j), V, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
+            else:
+                _issue(v_ring.index(j), V, pages, tok, end, stride_vp, stride_vt, offs_d, PAGE_SIZE)
+            async_copy.commit_group()
+        # the page ids a step ahead of the copies
+        tok = (STAGES - 1) * BLOCK_N + offs_t
+        next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
+
+        m_i = gl.full([16], float("-inf"), gl.float32, rows_l)  # running max (log2 units)
+        l_i = gl.zeros([16], gl.float32, rows_l)  # running sum
+        acc = gl.zeros([16, HEAD_DIM], gl.float32, mma)  # unnormalised output
+        offs_n = gl.arange(0, BLOCK_N, layout=cols_l)
+        for i in range(0, gl.cdiv(end, BLOCK_N)):
+            # step i's group has landed once at most STAGES - 2 are outstanding; the barrier shows every thread's
+            # copies to all and frees the buffer that step i - 1 read, which step i + STAGES - 1 now fills
+            async_copy.wait_group(STAGES - 2)
+            gl.thread_barrier()
+            ahead = i + STAGES - 1
+            tok = ahead * BLOCK_N + offs_t
+            _issue(k_ring.index(ahead % STAGES), K, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
+            if SAME_STRIDES:
+                _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
+            else:
+                _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_vp, stride_vt, offs_d, PAGE_SIZE)
+            async_copy.commit_group()
+            tok = tok + BLOCK_N
+            next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
+
+            # s [16, BLOCK_N] = q . K^T in log2 units; tokens past the end -inf
+            k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op)
+            s = mma_v2(q_a, k_t, gl.zeros([16, BLOCK_N], gl.float32, mma)) * qk_scale
+            s = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
+            m_new = gl.maximum(m_i, gl.max(s, axis=1))
+            alpha = gl.exp2(m_i - m_new)
+            p = gl.exp2(s - m_new[:, None])
+            l_i = l_i * alpha + gl.sum(p, axis=1)
+            v = v_ring.index(i % STAGES).load(b_op)
+            acc = mma_v2(gl.convert_layout(p.to(V.dtype.element_ty), a_op), v, acc * alpha[:, None])
+            m_i = m_new
+        async_copy.wait_group(0)
+        if USE_PDL:
+            # the next call's programs may be scheduled now (they wait for this grid's end before their loads)
+            gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
+                                      is_pure=False, pack=1)  # fmt: skip
+
+        # an empty sequence: out 0, LSE -inf
+        empty = l_i == 0.0
+        out = acc / gl.where(empty, 1.0, l_i)[:, None]
+        offs_ho = gl.arange(0, 16, layout=rows_l)
+        offs_do = gl.arange(0, HEAD_DIM, layout=cols_l)
+        heads = kv_head * GROUP + offs_ho
+        o_rows = seq.to(gl.int64) * stride_ob + heads.to(gl.int64) * stride_oh
+        gl.store(OUT + o_rows[:, None] + offs_do[None, :], out.to(OUT.dtype.element_ty), mask=(offs_ho < GROUP)[:, None])
+        if WRITE_LSE:
+            lse = gl.where(empty, float("-inf"), (m_i + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
+            gl.store(LSE + seq.to(gl.int64) * num_q_heads + heads, lse, mask=offs_ho < GROUP)
+
+
+def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> bool:
+    """Whether the Gluon kernel computes this call: see the module docstring. Host metadata only (no sync)."""
+    import torch
+
+    f = features or PLAIN
+    plain = f.softcap is None and f.alibi_slopes is None and f.sinks is None and f.window_left is None
+    if not plain or f.q_len != 1 or f.kv_fp8 or gluon is None or q.device.type != "cuda" or interpreting():
+        return False
+    if q.dim() != 3:
+        return False
+    if torch.cuda.get_device_capability(q.device)[0] < 8:
+        return False
+    batch, num_q_heads, head_dim = q.shape
+    _, _, num_kv_heads, _ = k_cache.shape
+    if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+        return False
+    if head_dim != HEAD_DIM or num_q_heads // num_kv_heads > MAX_GROUP:
+        return False
+    # cp.async moves 16 bytes a thread: every row start 16-byte aligned (strides in 8-element units, as Triton
+    # specialises integers divisible by 16; pointers to 16 bytes)
+    strides = (*k_cache.stride()[:3], *v_cache.stride()[:3])
+    if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or any(s % 16 for s in strides):
+        return False
+    if k_cache.data_ptr() % 16 or v_cache.data_ptr() % 16:
+        return False
+    return cache_offsets_fit_int32(k_cache, v_cache)
+
+
+def pays(programs: int, num_sms: int | None) -> bool:
+    """Whether a grid of this many programs is one the Gluon kernel was measured faster on (``GLUON_MIN_PER_SM``)."""
+    if not GLUON_MIN_PER_SM or not num_sms:
+        return False
+    return GLUON_MIN_PER_SM * num_sms <= programs <= GLUON_MAX_PER_SM * num_sms
+
+
+def decode_single_gluon(
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES
+):  # fmt: skip
+    """Launch the Gluon single pass (``supports`` must hold).
+
+    Args:
+        q: [B, Hq, 128] fp16/bf16. k_cache, v_cache: [num_pages, page_size, Hkv, 128] of q's dtype.
+        cache_seqlens: [B] int32. block_table: [B, max_pages] int32. softmax_scale: float.
+        out: [B, Hq, 128], written in place. lse: None or contiguous fp32 [B, Hq] (natural log).
+        stages: ring buffers (2 or more).
+    """
+    batch, num_q_heads, head_dim = q.shape
+    _, page_size, num_kv_heads, _ = k_cache.shape
+    assert head_dim == HEAD_DIM and num_q_heads // num_kv_heads <= MAX_GROUP, "see supports()"
+    assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
+    assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
+    stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
+    stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
+    chain = chain_pdl(q.device) and use_pdl(q.device)
+    launch(
+        _decode_single_gluon_kernel, (batch, num_kv_heads),
+        q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
+        qk_scale=softmax_scale * LOG2E, num_q_heads=num_q_heads, table_tokens=block_table.shape[1] * page_size,
+        stride_qb=q.stride(0), stride_qh=q.stride(1), stride_kp=stride_kp, stride_kt=stride_kt, stride_kh=stride_kh,
+        stride_vp=stride_vp, stride_vt=stride_vt, stride_vh=stride_vh, stride_sl=cache_seqlens.stride(0),
+        stride_btb=block_table.stride(0), stride_btp=block_table.stride(1), stride_ob=out.stride(0),
+        stride_oh=out.stride(1),
+        GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=BLOCK_N, STAGES=stages,
+        SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
+        num_warps=4, **({"launch_pdl": True} if chain else {}),
+    )  # fmt: skip
+    return out, lse
