@@ -2,11 +2,12 @@
 order (as a plan's single pass runs), over grids of 1 to 16 programs a SM, timed alternately in one process; what
 ``gluon_single.pays`` is set from (docs/design.md, "A Gluon single pass").
 
-Each row: the plan's choice for it, then graph µs of the tl single pass, the Gluon kernel with 2 and 3 ring buffers,
-each timed twice (ABCABC, the H200's host runs a process at one of two paces, so only same-process pairs compare),
+Each row: the plan's choice for it, then graph µs of the tl single pass and the Gluon kernel with 2 and 3 ring
+buffers of 32-token steps (``--variants``: gNxS, N tokens a step, S buffers), each timed twice (ABCABC, the H200's host runs a process at one of two paces, so only same-process pairs compare),
 after a check against the float64 reference.
 
-    python scripts/gluon_gate_probe.py [--rows B,L,Hq,Hkv[;...]]   # on the GPU; writes $OUT/gluon_gate.jsonl
+    python scripts/gluon_gate_probe.py [--rows B,L,Hq,Hkv[;...]] [--variants tl,g32x2,g128x3]
+    # on the GPU; writes $OUT/gluon_gate.jsonl, a table last
 """
 
 import argparse
@@ -27,6 +28,7 @@ ROWS += [(b, 1024, hq, hkv) for b in (64, 128) for hq, hkv in ((16, 8), (32, 32)
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
+    ap.add_argument("--variants", default="tl,g32x2,g32x3", help="tl and gNxS (N tokens a step, S ring buffers)")
     args = ap.parse_args()
     rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -37,11 +39,14 @@ def main():
         choice = f"{plan.backend}/{plan.num_splits}"
         out = torch.empty_like(case.q)
         scale = case.q.shape[-1] ** -0.5
-        variants = {
-            "tl": lambda c: decode_single(*c.args, scale, out, num_sms=sms, gluon=False),
-            "gluon s2": lambda c: decode_single(*c.args, scale, out, num_sms=sms, gluon=True),
-            "gluon s3": lambda c: gluon_single.decode_single_gluon(*c.args, scale, out, stages=3),
-        }
+        variants = {}
+        for v in args.variants.split(","):
+            if v == "tl":
+                variants[v] = lambda c: decode_single(*c.args, scale, out, num_sms=sms, gluon=False)
+            else:
+                n, s = map(int, v[1:].split("x"))
+                variants[v] = lambda c, n=n, s=s: gluon_single.decode_single_gluon(
+                    *c.args, scale, out, stages=s, block_n=n)
         errs = {}
         for key, fn in variants.items():
             out.fill_(float("nan"))
@@ -58,7 +63,7 @@ def main():
             dict(row=name, programs_per_sm=per_sm, plan=choice, errs=errs, us=times),
             f"{name:<16} {per_sm:5.2f}/SM plan {choice:<18} "
             + "  ".join(f"{k} {min(v):8.2f} ({max(v):.2f})" for k, v in times.items())
-            + f"  gluon/tl {min(times['gluon s2']) / min(times['tl']):.3f}",
+            + (f"  best/tl {min(min(v) for v in times.values()) / min(times['tl']):.3f}" if "tl" in times else ""),
         )  # fmt: skip
     log.close()
 

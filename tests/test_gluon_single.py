@@ -93,12 +93,16 @@ def test_compiles_for_sm90_with_four_programs_a_sm():
 
 
 def _check(c, dtype=torch.bfloat16, out=None, **kwargs):
-    """decode_single forced onto the Gluon kernel (NaN-filled out) against the float64 reference, output and LSE."""
+    """decode_single forced onto the Gluon kernel (NaN-filled out) against the float64 reference, output and LSE;
+    with kwargs (stages, block_n), decode_single_gluon itself."""
     poison_page_tails(c)
     ref_out, ref_lse = reference_of(c)
     out = torch.full_like(c.q, float("nan")) if out is None else out.fill_(float("nan"))
     lse = torch.full(c.q.shape[:-1], float("nan"), dtype=torch.float32, device=c.q.device)
-    decode_single(*c.args, c.q.shape[-1] ** -0.5, out, lse, gluon=True, **kwargs)
+    if kwargs:
+        gluon_single.decode_single_gluon(*c.args, c.q.shape[-1] ** -0.5, out, lse, **kwargs)
+    else:
+        decode_single(*c.args, c.q.shape[-1] ** -0.5, out, lse, gluon=True)
     assert max_err(out, ref_out) <= output_tolerance(c, ref_out, dtype)
     assert lse_err(lse, ref_lse) <= lse_tolerance(c, ref_lse)
     # empty sequences: zeros and -inf
@@ -119,9 +123,10 @@ def test_matches_reference_on_ragged_rows(hq, hkv, page, dtype):
 
 
 @needs_gpu
-@pytest.mark.parametrize("stages", [2, 3, 4])
-def test_ring_depths(stages):
-    _check(case([0, 1, 31, 32, 33, 200, 1025], 12, 2, 128, 16, torch.bfloat16, "cuda", seed=stages), stages=stages)
+@pytest.mark.parametrize("stages,block_n", [(2, 32), (3, 32), (4, 32), (2, 16), (4, 64), (3, 128)])
+def test_ring_depths_and_steps(stages, block_n):
+    lengths = [0, 1, 31, 32, 33, 200, 1025, 127, 129]
+    _check(case(lengths, 12, 2, 128, 16, torch.bfloat16, "cuda", seed=stages), stages=stages, block_n=block_n)
 
 
 @needs_gpu

@@ -43,7 +43,7 @@ MAX_GROUP = 16
 STAGES = 2
 # decode_single takes this kernel for grids of at least this many programs a SM and at most GLUON_MAX_PER_SM (the
 # programs run in waves of 4 a SM): measured faster than the tl single pass there, docs/design.md. 0: never
-GLUON_MIN_PER_SM = 2.0
+GLUON_MIN_PER_SM = 3.5
 GLUON_MAX_PER_SM = 12.0
 
 if gluon is not None:
@@ -195,7 +195,7 @@ def pays(programs: int, num_sms: int | None) -> bool:
 
 
 def decode_single_gluon(
-    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -203,13 +203,14 @@ def decode_single_gluon(
         q: [B, Hq, 128] fp16/bf16. k_cache, v_cache: [num_pages, page_size, Hkv, 128] of q's dtype.
         cache_seqlens: [B] int32. block_table: [B, max_pages] int32. softmax_scale: float.
         out: [B, Hq, 128], written in place. lse: None or contiguous fp32 [B, Hq] (natural log).
-        stages: ring buffers (2 or more).
+        stages: ring buffers (2 or more). block_n: tokens a step (a power of two, 16 or more).
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     assert head_dim == HEAD_DIM and num_q_heads // num_kv_heads <= MAX_GROUP, "see supports()"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
+    assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
@@ -221,7 +222,7 @@ def decode_single_gluon(
         stride_vp=stride_vp, stride_vt=stride_vt, stride_vh=stride_vh, stride_sl=cache_seqlens.stride(0),
         stride_btb=block_table.stride(0), stride_btp=block_table.stride(1), stride_ob=out.stride(0),
         stride_oh=out.stride(1),
-        GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=BLOCK_N, STAGES=stages,
+        GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
         num_warps=4, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
