@@ -21,12 +21,13 @@ SCALE = 0.125
 
 def _run(c, device, mode, features=None, num_sms=8):
     """(out, lse) of one path: "single", "planned" or "dual", into NaN-filled buffers, at the reference's default
-    scale (1 / sqrt(D))."""
+    scale (1 / sqrt(D)). "single" is the tl kernel, the one a dual-path call launches (its grid may be one that
+    decode_single alone gives to gluon_single, whose LSE differs in the last bits)."""
     out = torch.full_like(c.q, float("nan"))
     lse = torch.full(c.q.shape[:-1], float("nan"), device=device)
     scale = c.q.shape[-1] ** -0.5
     if mode == "single":
-        decode_single(*c.args, scale, out, lse, features=features, num_sms=num_sms)
+        decode_single(*c.args, scale, out, lse, features=features, num_sms=num_sms, gluon=False)
     else:
         decode_splitk(
             *c.args, scale, out, lse, num_sms=num_sms, features=features, dual_path=mode == "dual"
