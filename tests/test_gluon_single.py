@@ -23,11 +23,13 @@ needs_gpu = pytest.mark.skipif(not GPU, reason="Gluon kernels run on a GPU only 
 
 def test_pays_on_the_measured_grids_only():
     sms = 132
-    assert not gluon_single.pays(sms, sms)  # one wave: the tl kernel's one-wave tile
-    assert gluon_single.pays(int(gluon_single.GLUON_MIN_PER_SM * sms), sms)
-    assert gluon_single.pays(int(gluon_single.GLUON_MAX_PER_SM * sms), sms)
-    assert not gluon_single.pays(int(gluon_single.GLUON_MAX_PER_SM * sms) + 1, sms)
-    assert not gluon_single.pays(4 * sms, None)  # SM count unknown
+    assert not gluon_single.pays(sms, sms, 6)  # one wave: the tl kernel's one-wave tile
+    assert not gluon_single.pays(int(gluon_single.GLUON_MIN_PER_SM * sms) - 1, sms, 6)
+    assert gluon_single.pays(int(gluon_single.GLUON_MIN_PER_SM * sms), sms, 6)
+    assert gluon_single.pays(int(gluon_single.GLUON_MAX_PER_SM * sms), sms, 6)
+    assert not gluon_single.pays(int(gluon_single.GLUON_MAX_PER_SM * sms) + 1, sms, 6)
+    assert not gluon_single.pays(4 * sms, None, 6)  # SM count unknown
+    assert gluon_single.pays(4 * sms, sms, 2) and not gluon_single.pays(4 * sms, sms, 1)  # MHA: the tl kernel
 
 
 def test_supports_refuses_what_it_does_not_compute():
@@ -161,6 +163,23 @@ def test_shuffled_table_is_the_same_attention():
     again = torch.empty_like(c.q)
     decode_single(*moved.args, 128**-0.5, again, gluon=True)
     assert torch.equal(out, again)
+
+
+@needs_gpu
+@pytest.mark.parametrize("hq,hkv,taken", [(4, 4, False), (8, 4, True)], ids=["MHA-tl", "group2-gluon"])
+def test_decode_single_takes_it_by_group(hq, hkv, taken, monkeypatch):
+    """At 4 programs a SM decode_single takes the Gluon kernel for groups of 2 and more, the tl kernel for one query
+    head a KV head (GLUON_MIN_GROUP), and both match the reference."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    c = case([64] * (4 * sms // hkv), hq, hkv, 128, 16, torch.bfloat16, "cuda", seed=2)
+    calls = []
+    real = gluon_single.decode_single_gluon
+    monkeypatch.setattr(gluon_single, "decode_single_gluon", lambda *a, **k: calls.append(1) or real(*a, **k))
+    out = torch.full_like(c.q, float("nan"))
+    decode_single(*c.args, 128**-0.5, out, num_sms=sms)
+    assert bool(calls) == taken
+    ref_out, _ = reference_of(c)
+    assert max_err(out, ref_out) <= output_tolerance(c, ref_out, torch.bfloat16)
 
 
 @needs_gpu

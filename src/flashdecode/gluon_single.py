@@ -41,10 +41,18 @@ MAX_GROUP = 16
 # ring buffers: STAGES - 1 steps in flight while one is read. H200 (scripts/gluon_probe.py): 2 buffers took
 # 256 x 256 12/2 in 18.62-18.83 µs, 3 in 18.9-19.3; docs/design.md, "A Gluon single pass"
 STAGES = 2
-# decode_single takes this kernel for grids of at least this many programs a SM and at most GLUON_MAX_PER_SM (the
-# programs run in waves of 4 a SM): measured faster than the tl single pass there, docs/design.md. 0: never
+# decode_single takes this kernel for grids of GLUON_MIN_PER_SM to GLUON_MAX_PER_SM programs a SM (the Gluon kernel
+# runs 4 a SM) and groups of at least GLUON_MIN_GROUP query heads a KV head: where it was measured faster than the tl
+# single pass. H200, graph µs, tl -> Gluon (h200-2026-11-30/gluon-gate-03970a1, both kernels in one process):
+# 3.88 programs a SM 256 x 256 12/2 20.06 -> 19.17, 64 x 4096 32/8 245.22 -> 242.86, 128 x 512 28/4 35.41 -> 34.43;
+# 7.76: 512 x 256 12/2 39.34 -> 36.12, 128 x 1024 16/8 126.79 -> 124.90; 11.64: 768 x 1024 12/2 191.16 -> 188.21.
+# It loses at 1.94 a SM and fewer (128 x 1024 12/2 36.20 -> 37.28, one wave 64 x 1024 12/2 20.04 -> 27.41; deeper rings
+# and longer steps do not recover it, gluon-gate-e76ff69), is mixed at 2.91 (192 x 256 12/2 0.986x, 192 x 1024 1.020x)
+# and at 15.5 (1024 x 1024 12/2 0.990x here, 256 x 2048 32/8 1.006x in gluon-26bab2b), and with one query head a KV
+# head at 5.8 a SM (64 x 1024 12/12 93.5 -> 100.1 µs in the anchor grid, warm-6558f8c). 0: never
 GLUON_MIN_PER_SM = 3.5
 GLUON_MAX_PER_SM = 12.0
+GLUON_MIN_GROUP = 2
 
 if gluon is not None:
 
@@ -187,9 +195,10 @@ def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> 
     return cache_offsets_fit_int32(k_cache, v_cache)
 
 
-def pays(programs: int, num_sms: int | None) -> bool:
-    """Whether a grid of this many programs is one the Gluon kernel was measured faster on (``GLUON_MIN_PER_SM``)."""
-    if not GLUON_MIN_PER_SM or not num_sms:
+def pays(programs: int, num_sms: int | None, group: int) -> bool:
+    """Whether a grid of this many programs, of this many query heads a KV head, is one where the Gluon kernel was
+    measured faster (``GLUON_MIN_PER_SM``)."""
+    if not GLUON_MIN_PER_SM or not num_sms or group < GLUON_MIN_GROUP:
         return False
     return GLUON_MIN_PER_SM * num_sms <= programs <= GLUON_MAX_PER_SM * num_sms
 

@@ -265,7 +265,7 @@ def decode_single(
     ordered = longest_first and (even_span or not even_only) and 1 < batch <= LONGEST_FIRST_MAX_BATCH
     ordered = ordered and programs > (num_sms or 0)
     if gluon is None:
-        gluon = not (config or even_only or ordered) and gluon_single.pays(programs, num_sms)
+        gluon = not (config or even_only or ordered) and gluon_single.pays(programs, num_sms, group)
         gluon = gluon and not v_token_major(v_cache)
         gluon = gluon and gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features)
     if gluon:
