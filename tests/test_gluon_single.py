@@ -60,17 +60,19 @@ ALIGNED = set(POINTERS) | {"stride_qb", "stride_qh", "stride_kp", "stride_kt", "
                            "stride_vh", "stride_btb", "stride_ob", "stride_oh"}
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for extra in (dict(), dict(USE_PDL=False, WRITE_LSE=False), dict(SAME_STRIDES=False, GROUP=16, PAGE_SIZE=1),
-              dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32)):
+              dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False)):
     consts = {**dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_N=32, STAGES=2, SAME_STRIDES=True, WRITE_LSE=True,
-                     USE_PDL=True), **extra}
+                     USE_PDL=True, Q_REGS=True), **extra}
     sig = {n: "constexpr" if n in consts else POINTERS.get(n, "fp32" if n == "qk_scale" else "i32")
            for n in kernel.arg_names}
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
     compiled = triton.compile(GluonASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                               options=dict(num_warps=4))
     ptx = compiled.asm["ptx"]
-    # the K / V gather: 16-byte cp.async with a source size (0 past the end: zero-filled, nothing read)
-    assert re.search(r"cp\.async\.cg\.shared\.global(\.L2::\w+)? \[[^]]+\], \[[^]]+\], 0x10, [^;]+;", ptx), extra
+    # the K / V gather: 16-byte cp.async whose source size is a register (16, or 0 past the end: zero-filled,
+    # nothing read); an unmasked copy has the literal 0x10 there
+    copies = re.findall(r"cp\.async\.cg\.shared\.global(?:\.L2::\w+)? \[[^]]+\], \[[^]]+\], 0x10, ([^;]+);", ptx)
+    assert copies and all(size.startswith("%r") for size in copies), (extra, set(copies))
     assert ("griddepcontrol.wait" in ptx) == consts["USE_PDL"], extra
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])

@@ -71,6 +71,7 @@ if gluon is not None:
         stride_btb, stride_btp, stride_ob, stride_oh,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
+        Q_REGS: gl.constexpr = True,
     ):  # fmt: skip
         # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
         # B operands, the gather's [BLOCK_N, D] rows (8 elements = 16 bytes a thread), the ring's swizzled tiles
@@ -93,11 +94,15 @@ if gluon is not None:
         V = V + kv_head.to(gl.int64) * stride_vh
 
         # q [16, D]: the KV head's GROUP query rows, padding rows 0, converted once to the A operand's registers
+        # (Q_REGS False, for measurements: kept in shared memory and read every step, as the tl kernel does)
         offs_h = gl.arange(0, 16, layout=gl.SliceLayout(1, ld))
         offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
         q_rows = seq.to(gl.int64) * stride_qb + (kv_head * GROUP + offs_h).to(gl.int64) * stride_qh
         q = gl.load(Q + q_rows[:, None] + offs_d[None, :], mask=(offs_h < GROUP)[:, None], other=0.0)
-        q_a = gl.convert_layout(q, a_op)
+        if Q_REGS:
+            q_a = gl.convert_layout(q, a_op)
+        else:
+            q_smem = gl.allocate_shared_memory(Q.dtype.element_ty, [16, HEAD_DIM], smem, q)
 
         k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
         v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
@@ -138,8 +143,12 @@ if gluon is not None:
             next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
 
             # s [16, BLOCK_N] = q . K^T in log2 units; tokens past the end -inf
+            if Q_REGS:
+                qa = q_a
+            else:
+                qa = q_smem.load(a_op)
             k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op)
-            s = mma_v2(q_a, k_t, gl.zeros([16, BLOCK_N], gl.float32, mma)) * qk_scale
+            s = mma_v2(qa, k_t, gl.zeros([16, BLOCK_N], gl.float32, mma)) * qk_scale
             s = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
             alpha = gl.exp2(m_i - m_new)
@@ -204,7 +213,8 @@ def pays(programs: int, num_sms: int | None, group: int) -> bool:
 
 
 def decode_single_gluon(
-    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
+    q_regs=True,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -213,6 +223,7 @@ def decode_single_gluon(
         cache_seqlens: [B] int32. block_table: [B, max_pages] int32. softmax_scale: float.
         out: [B, Hq, 128], written in place. lse: None or contiguous fp32 [B, Hq] (natural log).
         stages: ring buffers (2 or more). block_n: tokens a step (a power of two, 16 or more).
+        q_regs: False reads q from shared memory every step, as the tl kernel does (for measurements).
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
@@ -233,6 +244,6 @@ def decode_single_gluon(
         stride_oh=out.stride(1),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
-        num_warps=4, **({"launch_pdl": True} if chain else {}),
+        Q_REGS=bool(q_regs), num_warps=4, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse
