@@ -3,7 +3,7 @@ order (as a plan's single pass runs), over grids of 1 to 16 programs a SM, timed
 ``gluon_single.pays`` is set from (docs/design.md, "A Gluon single pass").
 
 Each row: the plan's choice for it, then graph µs of the tl single pass and the Gluon kernel with 2 and 3 ring
-buffers of 32-token steps (``--variants``: gNxS, N tokens a step, S buffers), each timed twice (ABCABC, the H200's host runs a process at one of two paces, so only same-process pairs compare),
+buffers of 32-token steps (``--variants``: gNxS, N tokens a step, S buffers; a trailing d defers the row sums), each timed twice (ABCABC, the H200's host runs a process at one of two paces, so only same-process pairs compare),
 after a check against the float64 reference.
 
     python scripts/gluon_gate_probe.py [--rows B,L,Hq,Hkv[;...]] [--variants tl,g32x2,g128x3]
@@ -28,7 +28,7 @@ ROWS += [(b, 1024, hq, hkv) for b in (64, 128) for hq, hkv in ((16, 8), (32, 32)
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
-    ap.add_argument("--variants", default="tl,g32x2,g32x3", help="tl and gNxS (N tokens a step, S ring buffers)")
+    ap.add_argument("--variants", default="tl,g32x2,g32x3", help="tl and gNxS[d] (N tokens a step, S ring buffers, d: row sums deferred)")
     args = ap.parse_args()
     rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -44,9 +44,9 @@ def main():
             if v == "tl":
                 variants[v] = lambda c: decode_single(*c.args, scale, out, num_sms=sms, gluon=False)
             else:
-                n, s = map(int, v[1:].split("x"))
-                variants[v] = lambda c, n=n, s=s: gluon_single.decode_single_gluon(
-                    *c.args, scale, out, stages=s, block_n=n)
+                n, s = map(int, v[1:].rstrip("d").split("x"))
+                variants[v] = lambda c, n=n, s=s, d=v.endswith("d"): gluon_single.decode_single_gluon(
+                    *c.args, scale, out, stages=s, block_n=n, defer_sum=d)
         errs = {}
         for key, fn in variants.items():
             out.fill_(float("nan"))

@@ -60,7 +60,8 @@ ALIGNED = set(POINTERS) | {"stride_qb", "stride_qh", "stride_kp", "stride_kt", "
                            "stride_vh", "stride_btb", "stride_ob", "stride_oh"}
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for extra in (dict(), dict(USE_PDL=False, WRITE_LSE=False), dict(SAME_STRIDES=False, GROUP=16, PAGE_SIZE=1),
-              dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False)):
+              dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False),
+              dict(DEFER_SUM=True)):
     consts = {**dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_N=32, STAGES=2, SAME_STRIDES=True, WRITE_LSE=True,
                      USE_PDL=True, Q_REGS=True), **extra}
     sig = {n: "constexpr" if n in consts else POINTERS.get(n, "fp32" if n == "qk_scale" else "i32")
@@ -127,10 +128,15 @@ def test_matches_reference_on_ragged_rows(hq, hkv, page, dtype):
 
 
 @needs_gpu
-@pytest.mark.parametrize("stages,block_n", [(2, 32), (3, 32), (4, 32), (2, 16), (4, 64), (3, 128)])
-def test_ring_depths_and_steps(stages, block_n):
+@pytest.mark.parametrize(
+    "stages,block_n,defer_sum",
+    [(2, 32, False), (3, 32, False), (4, 32, False), (2, 16, False), (4, 64, False), (3, 128, False), (2, 32, True),
+     (3, 128, True)],
+)  # fmt: skip
+def test_ring_depths_and_steps(stages, block_n, defer_sum):
     lengths = [0, 1, 31, 32, 33, 200, 1025, 127, 129]
-    _check(case(lengths, 12, 2, 128, 16, torch.bfloat16, "cuda", seed=stages), stages=stages, block_n=block_n)
+    c = case(lengths, 12, 2, 128, 16, torch.bfloat16, "cuda", seed=stages)
+    _check(c, stages=stages, block_n=block_n, defer_sum=defer_sum)
 
 
 @needs_gpu

@@ -44,7 +44,10 @@ def test_cuda_graph_replay_with_growing_lengths(backend):
 
 
 @pytest.mark.parametrize(
-    "lens", [[2048] * 8, [4096] * 16, [300, 9000], [1024] * 24], ids=["8x2048", "16x4096", "uneven", "merged-fixed"]
+    "lens",
+    [[2048] * 8, [4096] * 16, [300, 9000], [1024] * 24, [200] * 132],
+    # 132 x 200: 4 programs a SM on the H200's 132 SMs, a plan's single pass on gluon_single
+    ids=["8x2048", "16x4096", "uneven", "merged-fixed", "gluon-single"],
 )
 def test_cuda_graph_with_a_plan_replays_any_lengths(lens):
     """A plan made from one batch's lengths, captured in a graph, replayed after the lengths changed (grown to the

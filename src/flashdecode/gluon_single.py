@@ -71,7 +71,7 @@ if gluon is not None:
         stride_btb, stride_btp, stride_ob, stride_oh,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
-        Q_REGS: gl.constexpr = True,
+        Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = False,
     ):  # fmt: skip
         # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
         # B operands, the gather's [BLOCK_N, D] rows (8 elements = 16 bytes a thread), the ring's swizzled tiles
@@ -124,6 +124,9 @@ if gluon is not None:
 
         m_i = gl.full([16], float("-inf"), gl.float32, rows_l)  # running max (log2 units)
         l_i = gl.zeros([16], gl.float32, rows_l)  # running sum
+        # DEFER_SUM: per-column running sums [16, BLOCK_N], reduced across the warps once after the walk (the row
+        # sum per step is a cross-warp reduction: the tl kernel's defer_row_sum)
+        l_cols = gl.zeros([16, BLOCK_N], gl.float32, mma)
         acc = gl.zeros([16, HEAD_DIM], gl.float32, mma)  # unnormalised output
         offs_n = gl.arange(0, BLOCK_N, layout=cols_l)
         for i in range(0, gl.cdiv(end, BLOCK_N)):
@@ -153,7 +156,10 @@ if gluon is not None:
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
             alpha = gl.exp2(m_i - m_new)
             p = gl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + gl.sum(p, axis=1)
+            if DEFER_SUM:
+                l_cols = l_cols * alpha[:, None] + p
+            else:
+                l_i = l_i * alpha + gl.sum(p, axis=1)
             v = v_ring.index(i % STAGES).load(b_op)
             acc = mma_v2(gl.convert_layout(p.to(V.dtype.element_ty), a_op), v, acc * alpha[:, None])
             m_i = m_new
@@ -163,6 +169,8 @@ if gluon is not None:
             gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // $0", "=r", [], dtype=gl.int32,
                                       is_pure=False, pack=1)  # fmt: skip
 
+        if DEFER_SUM:
+            l_i = gl.sum(l_cols, axis=1)
         # an empty sequence: out 0, LSE -inf
         empty = l_i == 0.0
         out = acc / gl.where(empty, 1.0, l_i)[:, None]
@@ -214,7 +222,7 @@ def pays(programs: int, num_sms: int | None, group: int) -> bool:
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True,
+    q_regs=True, defer_sum=False,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -224,6 +232,7 @@ def decode_single_gluon(
         out: [B, Hq, 128], written in place. lse: None or contiguous fp32 [B, Hq] (natural log).
         stages: ring buffers (2 or more). block_n: tokens a step (a power of two, 16 or more).
         q_regs: False reads q from shared memory every step, as the tl kernel does (for measurements).
+        defer_sum: the row sums reduced across the warps once after the walk, not every step.
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
@@ -244,6 +253,6 @@ def decode_single_gluon(
         stride_oh=out.stride(1),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
-        Q_REGS=bool(q_regs), num_warps=4, **({"launch_pdl": True} if chain else {}),
+        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), num_warps=4, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse
