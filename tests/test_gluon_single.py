@@ -61,9 +61,11 @@ ALIGNED = set(POINTERS) | {"stride_qb", "stride_qh", "stride_kp", "stride_kt", "
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for extra in (dict(), dict(USE_PDL=False, WRITE_LSE=False), dict(SAME_STRIDES=False, GROUP=16, PAGE_SIZE=1),
               dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False),
-              dict(DEFER_SUM=True)):
-    consts = {**dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_N=32, STAGES=2, SAME_STRIDES=True, WRITE_LSE=True,
-                     USE_PDL=True, Q_REGS=True), **extra}
+              dict(DEFER_SUM=False)):
+    # constexprs left out take their defaults
+    defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
+    consts = {**defaults, **dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_N=32, STAGES=2, SAME_STRIDES=True,
+                                 WRITE_LSE=True, USE_PDL=True), **extra}
     sig = {n: "constexpr" if n in consts else POINTERS.get(n, "fp32" if n == "qk_scale" else "i32")
            for n in kernel.arg_names}
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
