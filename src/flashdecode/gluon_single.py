@@ -16,7 +16,7 @@ Bytes per call: 2 * sum(lengths) * Hkv * D * itemsize (K and V once) + q + out (
 head dim 128, groups of 1 to 16 query heads a KV head, no softcap, ALiBi, sinks, window or scales, page ids and
 offsets that fit 32 bits, 16-byte aligned rows; on an sm_80+ GPU, compiled (Gluon kernels do not run under
 TRITON_INTERPRET, so the CPU tests compile it for sm_90 and the H200 suite runs it). Where ``decode_single`` takes
-it (``pays``): docs/design.md, "A Gluon single pass".
+it (``pays``): docs/design.md, "A Gluon single pass in the library".
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ BLOCK_N = 32
 HEAD_DIM = 128
 # the most query heads a KV head: the MMA's 16 rows
 MAX_GROUP = 16
-# ring buffers: STAGES - 1 steps in flight while one is read. H200 (scripts/gluon_probe.py): 2 buffers took
-# 256 x 256 12/2 in 18.62-18.83 µs, 3 in 18.9-19.3; docs/design.md, "A Gluon single pass"
+# ring buffers: STAGES - 1 steps in flight while one is read. H200 (scripts/gluon_probe.py, h200-2026-11-30/gluon-*):
+# 2 buffers took 256 x 256 12/2 in 18.62-18.85 µs, 3 in 20.05-20.48 (why the third loses was not established)
 STAGES = 2
 # decode_single takes this kernel for grids of GLUON_MIN_PER_SM to GLUON_MAX_PER_SM programs a SM (the Gluon kernel
 # runs 4 a SM) and groups of at least GLUON_MIN_GROUP query heads a KV head: where it was measured faster than the tl
@@ -202,8 +202,8 @@ def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> 
         return False
     if head_dim != HEAD_DIM or num_q_heads // num_kv_heads > MAX_GROUP:
         return False
-    # cp.async moves 16 bytes a thread: every row start 16-byte aligned (strides in 8-element units, as Triton
-    # specialises integers divisible by 16; pointers to 16 bytes)
+    # cp.async moves 16 bytes a thread, so the compiler must see every row start 16-byte aligned: the pools 16-byte
+    # aligned and their page / token / head strides multiples of 16 elements (what Triton marks as divisible by 16)
     strides = (*k_cache.stride()[:3], *v_cache.stride()[:3])
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or any(s % 16 for s in strides):
         return False
