@@ -32,17 +32,53 @@ def test_pays_on_the_measured_grids_only():
     assert gluon_single.pays(4 * sms, sms, 2) and not gluon_single.pays(4 * sms, sms, 1)  # MHA: the tl kernel
 
 
-def test_supports_refuses_what_it_does_not_compute():
+def test_supports_needs_a_gpu():
     c = case([40, 7], 12, 2, 128, 16, torch.bfloat16, "cpu")
+    assert gluon_single.fits(c.q, c.k_cache, c.v_cache)
     # CPU tensors (and the interpreter): never
     assert not gluon_single.supports(*c.args)
-    if not GPU:
-        return
-    g = case([40, 7], 12, 2, 128, 16, torch.bfloat16, "cuda")
-    assert gluon_single.supports(*g.args)
-    assert not gluon_single.supports(*case([40], 12, 2, 64, 16, torch.bfloat16, "cuda").args)  # head dim 64
-    assert not gluon_single.supports(*case([40], 32, 1, 128, 16, torch.bfloat16, "cuda").args)  # group 32
-    assert not gluon_single.supports(*case([40], 12, 2, 128, 16, torch.float32, "cuda").args)  # fp32
+    if GPU:
+        assert gluon_single.supports(*case([40, 7], 12, 2, 128, 16, torch.bfloat16, "cuda").args)
+
+
+def _pool_at(k_cache, offset_elements):
+    """k_cache's values in a new pool that starts offset_elements into its buffer (misaligned for odd offsets)."""
+    buf = torch.zeros(k_cache.numel() + 16, dtype=k_cache.dtype)
+    pool = buf[offset_elements : offset_elements + k_cache.numel()].view(k_cache.shape)
+    pool.copy_(k_cache)
+    return pool
+
+
+def test_fits_refuses_what_it_does_not_compute():
+    """Every call the kernel does not compute is refused (decode_single then runs the tl kernel)."""
+    from flashdecode.cases import token_major_v
+    from flashdecode.triton_common import Features
+
+    c = case([40, 7], 12, 2, 128, 16, torch.bfloat16, "cpu")
+    q, k, v = c.q, c.k_cache, c.v_cache
+    assert gluon_single.fits(q, k, v, Features())
+    for features in (Features(softcap=5.0), Features(alibi_slopes=torch.ones(12)), Features(sinks=torch.zeros(12)),
+                     Features(window_left=8), Features(q_len=2)):
+        assert not gluon_single.fits(q, k, v, features), features
+    assert not gluon_single.fits(q.unsqueeze(1), k, v)  # [B, q_len, Hq, D]
+    assert not gluon_single.fits(q.float(), k.float(), v.float())
+    assert not gluon_single.fits(q.half(), k, v)  # q's dtype differs from the cache's
+    fp8 = k.to(torch.float8_e4m3fn)
+    assert not gluon_single.fits(q, fp8, fp8, Features(kv_fp8=True))
+    d64 = case([40], 12, 2, 64, 16, torch.bfloat16, "cpu")
+    assert not gluon_single.fits(d64.q, d64.k_cache, d64.v_cache)
+    g32 = case([40], 32, 1, 128, 16, torch.bfloat16, "cpu")
+    assert not gluon_single.fits(g32.q, g32.k_cache, g32.v_cache)
+    assert not gluon_single.fits(q, k, token_major_v(v))
+    # head stride 136 elements: rows not 16-byte aligned
+    wide = torch.zeros(*k.shape[:3], 136, dtype=k.dtype)[..., :128]
+    assert not gluon_single.fits(q, k, wide)
+    # a pool 2 bytes into its buffer, against one 16 bytes in
+    assert not gluon_single.fits(q, _pool_at(k, 1), v)
+    assert gluon_single.fits(q, _pool_at(k, 8), v)
+    # a pool past 2^31 elements (offsets past 32 bits), on the meta device (no memory)
+    huge = torch.empty(2**31 // (16 * 2 * 128) + 1, 16, 2, 128, dtype=torch.bfloat16, device="meta")
+    assert not gluon_single.fits(q, huge, huge)
 
 
 _COMPILE = r"""
@@ -89,7 +125,6 @@ print("compiled")
 """
 
 
-@pytest.mark.skipif(GPU, reason="on a GPU the tests below run the kernel")
 @pytest.mark.skipif(gluon_single.gluon is None, reason="this Triton has no Gluon")
 def test_compiles_for_sm90_with_four_programs_a_sm():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -148,11 +183,14 @@ def test_strided_inputs_and_separate_v_pages():
     c = case([5, 300, 0, 129, 64], 24, 4, 128, 16, torch.bfloat16, "cuda", seed=3)
     wide_q = torch.randn(5, 24, 256, dtype=torch.bfloat16, device="cuda")
     wide_q[..., :128] = c.q
-    v_pool = torch.full((c.v_cache.shape[0], 16, 8, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
-    v_pool[:, :, 2:6] = c.v_cache
+    # V's page, token and head strides all differ from K's (16384, 1024, 256 against 8192, 512, 128)
+    v_pool = torch.full((c.v_cache.shape[0], 16, 4, 256), float("nan"), dtype=torch.bfloat16, device="cuda")
+    v_pool[..., :128] = c.v_cache
     wide_table = torch.full((5, 2 * c.block_table.shape[1]), -1, dtype=torch.int32, device="cuda")
     wide_table[:, ::2] = c.block_table
-    strided = type(c)(wide_q[..., :128], c.k_cache, v_pool[:, :, 2:6], c.cache_seqlens, wide_table[:, ::2])
+    wide_lens = torch.zeros(10, dtype=torch.int32, device="cuda")
+    wide_lens[::2] = c.cache_seqlens
+    strided = type(c)(wide_q[..., :128], c.k_cache, v_pool[..., :128], wide_lens[::2], wide_table[:, ::2])
     out = torch.empty(5, 24, 256, dtype=torch.bfloat16, device="cuda")[..., :128]
     _check(strided, out=out)
 

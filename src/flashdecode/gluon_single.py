@@ -13,8 +13,8 @@ differences that its ``tl`` form cannot express in Triton 3.6:
 
 Bytes per call: 2 * sum(lengths) * Hkv * D * itemsize (K and V once) + q + out (+ the LSE). Grid: (B, Hkv), 4 warps,
 32-token steps. What it takes (``supports``): one query token, a 16-bit cache of q's dtype in the NHD page layout,
-head dim 128, groups of 1 to 16 query heads a KV head, no softcap, ALiBi, sinks, window or scales, page ids and
-offsets that fit 32 bits, 16-byte aligned rows; on an sm_80+ GPU, compiled (Gluon kernels do not run under
+head dim 128, groups of 1 to 16 query heads a KV head, no softcap, ALiBi, sinks, window or scales, offsets that fit
+32 bits, pools 16-byte aligned with strides of multiples of 16 elements; on an sm_80+ GPU, compiled (Gluon kernels do not run under
 TRITON_INTERPRET, so the CPU tests compile it for sm_90 and the H200 suite runs it). Where ``decode_single`` takes
 it (``pays``): docs/design.md, "A Gluon single pass in the library".
 """
@@ -22,7 +22,16 @@ it (``pays``): docs/design.md, "A Gluon single pass in the library".
 from __future__ import annotations
 
 from .launcher import launch
-from .triton_common import LN2, LOG2E, PLAIN, cache_offsets_fit_int32, chain_pdl, interpreting, use_pdl
+from .triton_common import (
+    LN2,
+    LOG2E,
+    PLAIN,
+    _capability_major,
+    cache_offsets_fit_int32,
+    chain_pdl,
+    interpreting,
+    use_pdl,
+)
 
 try:  # Gluon ships with Triton >= 3.5's experimental package; without it the tl single pass runs
     from triton.experimental import gluon
@@ -53,6 +62,9 @@ STAGES = 2
 GLUON_MIN_PER_SM = 3.5
 GLUON_MAX_PER_SM = 12.0
 GLUON_MIN_GROUP = 2
+# the ring's K and V buffers may take this much of sm_90's 227 KB a program: 4 KB stay for the reductions' scratch (2 KB
+# in the 128-token, 3-buffer compile) and, with Q_REGS off, q's tile
+SMEM_MAX = 227 * 1024 - 4096
 
 if gluon is not None:
 
@@ -185,19 +197,24 @@ if gluon is not None:
 
 
 def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> bool:
-    """Whether the Gluon kernel computes this call: see the module docstring. Host metadata only (no sync)."""
+    """Whether the Gluon kernel computes this call: on an sm_80+ GPU, compiled, and ``fits``. Host metadata only."""
+    if gluon is None or q.device.type != "cuda" or interpreting():
+        return False
+    return _capability_major(q.device.index) >= 8 and fits(q, k_cache, v_cache, features)
+
+
+def fits(q, k_cache, v_cache, features=None) -> bool:
+    """Whether the kernel computes a call of these tensors, on any device (the CPU tests ask it): one query token
+    ([B, Hq, D] q), no features, a 16-bit cache of q's dtype, head dim 128, at most MAX_GROUP query heads a KV
+    head, 16-byte aligned rows, offsets within 32 bits."""
     import torch
 
     f = features or PLAIN
     plain = f.softcap is None and f.alibi_slopes is None and f.sinks is None and f.window_left is None
-    if not plain or f.q_len != 1 or f.kv_fp8 or gluon is None or q.device.type != "cuda" or interpreting():
+    if not plain or f.q_len != 1 or f.kv_fp8 or q.dim() != 3:
         return False
-    if q.dim() != 3:
-        return False
-    if torch.cuda.get_device_capability(q.device)[0] < 8:
-        return False
-    batch, num_q_heads, head_dim = q.shape
-    _, _, num_kv_heads, _ = k_cache.shape
+    _, num_q_heads, head_dim = q.shape
+    num_kv_heads = k_cache.shape[2]
     if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
         return False
     if head_dim != HEAD_DIM or num_q_heads // num_kv_heads > MAX_GROUP:
@@ -207,9 +224,9 @@ def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> 
     strides = (*k_cache.stride()[:3], *v_cache.stride()[:3])
     if k_cache.stride(3) != 1 or v_cache.stride(3) != 1 or any(s % 16 for s in strides):
         return False
-    if k_cache.data_ptr() % 16 or v_cache.data_ptr() % 16:
+    if not cache_offsets_fit_int32(k_cache, v_cache):
         return False
-    return cache_offsets_fit_int32(k_cache, v_cache)
+    return k_cache.data_ptr() % 16 == 0 and v_cache.data_ptr() % 16 == 0
 
 
 def pays(programs: int, num_sms: int | None, group: int) -> bool:
@@ -242,6 +259,8 @@ def decode_single_gluon(
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
+    ring_bytes = 2 * stages * block_n * head_dim * q.element_size()
+    assert ring_bytes <= SMEM_MAX, f"stages {stages} x block_n {block_n}: a {ring_bytes}-byte ring, over {SMEM_MAX}"
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)

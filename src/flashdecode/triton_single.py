@@ -269,6 +269,7 @@ def decode_single(
         gluon = gluon and not v_token_major(v_cache)
         gluon = gluon and gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features)
     if gluon:
+        assert gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features), "gluon=True: see supports"
         return gluon_single.decode_single_gluon(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse
         )  # fmt: skip
