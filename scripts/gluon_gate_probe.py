@@ -1,12 +1,14 @@
 """Where does the Gluon single pass (gluon_single) beat the tl one? Both kernels through ``decode_single`` in batch
 order (as a plan's single pass runs), over grids of 1 to 16 programs a SM, timed alternately in one process; what
-``gluon_single.pays`` is set from (docs/design.md, "A Gluon single pass").
+``gluon_single.pays`` is set from (docs/design.md, "A Gluon single pass in the library").
 
-Each row: the plan's choice for it, then graph µs of the tl single pass and the Gluon kernel with 2 and 3 ring
-buffers of 32-token steps (``--variants``: gNxS, N tokens a step, S buffers; a trailing d defers the row sums), each timed twice (ABCABC, the H200's host runs a process at one of two paces, so only same-process pairs compare),
-after a check against the float64 reference.
+Each row: the plan's choice for it, then graph µs of the tl single pass and the Gluon kernel with 2 ring buffers of
+32-token steps, its row sums deferred (the library's default) or not, and 3 buffers (``--variants``: gNxS, N tokens a
+step, S buffers; a trailing d defers the row sums; gluon-gate-03970a1 and -e76ff69 ran before DEFER_SUM existed, and
+their variants sum every step), each timed twice (ABCABC: the H200's host runs a process at one of two paces, so only
+same-process pairs compare), after a check against the float64 reference.
 
-    python scripts/gluon_gate_probe.py [--rows B,L,Hq,Hkv[;...]] [--variants tl,g32x2,g128x3]
+    python scripts/gluon_gate_probe.py [--rows B,L,Hq,Hkv[;...]] [--variants tl,g32x2d,g128x3d]
     # on the GPU; writes $OUT/gluon_gate.jsonl, a table last
 """
 
@@ -28,7 +30,8 @@ ROWS += [(b, 1024, hq, hkv) for b in (64, 128) for hq, hkv in ((16, 8), (32, 32)
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
-    ap.add_argument("--variants", default="tl,g32x2,g32x3", help="tl and gNxS[d] (N tokens a step, S ring buffers, d: row sums deferred)")
+    ap.add_argument("--variants", default="tl,g32x2d,g32x2,g32x3d",
+                    help="tl and gNxS[d] (N tokens a step, S ring buffers, d: row sums deferred)")
     args = ap.parse_args()
     rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
     sms = torch.cuda.get_device_properties(0).multi_processor_count
