@@ -33,6 +33,8 @@ from .triton_common import (
     use_pdl,
 )
 
+import triton
+
 try:  # Gluon ships with Triton >= 3.5's experimental package; without it the tl single pass runs
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -40,7 +42,11 @@ try:  # Gluon ships with Triton >= 3.5's experimental package; without it the tl
 except ImportError:  # pragma: no cover - depends on the installed Triton
     gluon = None
 
-__all__ = ["decode_single_gluon", "pays", "supports"]
+__all__ = ["decode_single_gluon", "fits", "pays", "supports"]
+
+# Gluon is experimental and its API moves between releases: the kernel runs only on the Triton versions it was
+# compiled and tested with (the H200 image's and CI's 3.6); on others decode_single keeps the tl kernel
+TESTED_TRITON = ("3.6.",)
 
 # tokens a step: a [16, 32] score tile, the K and V steps 8 KB each at head dim 128
 BLOCK_N = 32
@@ -197,8 +203,9 @@ if gluon is not None:
 
 
 def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> bool:
-    """Whether the Gluon kernel computes this call: on an sm_80+ GPU, compiled, and ``fits``. Host metadata only."""
-    if gluon is None or q.device.type != "cuda" or interpreting():
+    """Whether the Gluon kernel computes this call: on an sm_80+ GPU, compiled by a tested Triton (TESTED_TRITON),
+    and ``fits``. Host metadata only."""
+    if gluon is None or not triton.__version__.startswith(TESTED_TRITON) or q.device.type != "cuda" or interpreting():
         return False
     return _capability_major(q.device.index) >= 8 and fits(q, k_cache, v_cache, features)
 
