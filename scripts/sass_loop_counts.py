@@ -27,29 +27,14 @@ from triton.compiler import ASTSource  # noqa: E402
 from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 
 from flashdecode import gluon_single, triton_common, triton_single  # noqa: E402
+from sm90_compile import signature  # noqa: E402
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", ALIBI="*fp32", SINKS="*fp32")
-FLOATS = ("qk_scale", "softcap", "K_SCALE", "V_SCALE")
 # integer arguments a launch does not mark divisible by 16 here (unit strides of the lengths and the table's columns)
 UNALIGNED = ("stride_sl", "stride_btp")
 SHAPE = dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, WRITE_LSE=False, USE_PDL=True)
 OPCODES = ("HMMA", "LDSM", "LDGSTS", "LDG", "BAR", "SHFL", "MUFU", "FFMA", "IMAD", "IADD3", "ISETP")
-
-
-def _signature(kernel, consts):
-    sig = {}
-    for name in kernel.arg_names:
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in FLOATS:
-            sig[name] = "fp32"
-        elif name.isupper():
-            sig[name] = POINTERS.get(name, "*i32")
-        else:
-            sig[name] = "i32"
-    aligned = [n for n in kernel.arg_names if sig[n].startswith("*") or (n.startswith("stride_") and n not in UNALIGNED)]
-    return sig, {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
 
 
 def _defaults(kernel):
@@ -60,7 +45,7 @@ def compile_gluon(block_n, stages, defer_sum=True):
     kernel = gluon_single._decode_single_gluon_kernel
     consts = {**_defaults(kernel), **SHAPE, "BLOCK_N": block_n, "STAGES": stages, "SAME_STRIDES": True,
               "DEFER_SUM": defer_sum}  # fmt: skip
-    sig, attrs = _signature(kernel, consts)
+    sig, attrs = signature(kernel, consts, POINTERS, UNALIGNED)
     return triton.compile(GluonASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4))  # fmt: skip
 
@@ -73,7 +58,7 @@ def compile_tl(tile):
               "EARLY_PAGES": True, "HAS_SOFTCAP": False, "HAS_ALIBI": False, "HAS_SINKS": False, "HAS_WINDOW": False,
               "Q_LEN": 1, "KV_FP8": 0, "SCALE_PTR": False}  # fmt: skip
     consts = {k: v for k, v in consts.items() if k in kernel.arg_names}
-    sig, attrs = _signature(kernel, consts)
+    sig, attrs = signature(kernel, consts, POINTERS, UNALIGNED)
     return triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32), options=options)
 
 

@@ -22,6 +22,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from flashdecode import triton_single, triton_splitk  # noqa: E402
+from sm90_compile import signature  # noqa: E402
 
 CONSTS = dict(
     GROUP=4, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_H=16, BLOCK_N=64, BLOCK_D=128, DOT_F32=False, USE_DOT=True,
@@ -31,25 +32,13 @@ CONSTS = dict(
     NUM_SMS=132,
 )  # fmt: skip
 POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", O_PART="*fp32", LSE_PART="*fp32")
-FLOATS = ("qk_scale", "softcap", "K_SCALE", "V_SCALE")
 
 
 def op_counts(kernel, **extra):
     consts = {k: v for k, v in {**CONSTS, **extra}.items() if k in kernel.arg_names}
     # the constexprs CONSTS leaves out take their defaults (else they would be typed as pointers below)
     consts.update({p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default and p.name not in consts})
-    sig = {}
-    for name in kernel.arg_names:
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in FLOATS:
-            sig[name] = "fp32"
-        elif name.isupper():
-            sig[name] = POINTERS.get(name, "*i32")
-        else:
-            sig[name] = "i32"
-    attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names)
-             if name not in consts and (sig[name].startswith("*") or name.startswith("stride_"))}  # fmt: skip
+    sig, attrs = signature(kernel, consts, POINTERS)
     compiled = triton.compile(ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                               options=dict(num_warps=4, num_stages=3))  # fmt: skip
     counts = collections.Counter(re.findall(r"\b(?:tt|ttg|ttng|arith|scf|math)\.[a-z_]+", compiled.asm["ttgir"]))
