@@ -265,11 +265,12 @@ def decode_single(
     ordered = longest_first and (even_span or not even_only) and 1 < batch <= LONGEST_FIRST_MAX_BATCH
     ordered = ordered and programs > (num_sms or 0)
     if gluon is None:
+        # supports refuses token-major V too (its head dim is not contiguous)
         gluon = not (config or even_only or ordered) and gluon_single.pays(programs, num_sms, group)
-        gluon = gluon and not v_token_major(v_cache)
         gluon = gluon and gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features)
-    if gluon:
+    elif gluon:
         assert gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features), "gluon=True: see supports"
+    if gluon:
         return gluon_single.decode_single_gluon(
             q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse
         )  # fmt: skip
