@@ -1,0 +1,66 @@
+"""Break checks of the Gluon single pass's GPU tests: each mutation below is written into gluon_single.py, the GPU
+numerics tests run against it, and the file is restored; every mutation must make them fail.
+
+    python scripts/break_gluon.py [--out DIR]     (on a GPU; about 15 s a mutation)
+
+Prints one line a mutation (caught or MISSED) and writes DIR/break_gluon.json. Exit status 1 when one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+
+SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "flashdecode" / "gluon_single.py"
+TESTS = "tests/test_gluon_single.py"
+# (name, text in gluon_single.py, its replacement, what the tests should see)
+MUTATIONS = [
+    ("no length mask on s", 's = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))', "s = s",
+     "zero-filled rows past a length enter the softmax sum"),
+    ("no rescale of acc", "v, acc * alpha[:, None])", "v, acc)", "the output of a changed running max is off"),
+    ("V read with K's strides", "_issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_vp, stride_vt,",
+     "_issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_kp, stride_kt,",
+     "a V pool of its own strides is read wrong"),
+    ("empty rows divided by 0", "out = acc / gl.where(empty, 1.0, l_i)[:, None]", "out = acc / l_i[:, None]",
+     "a length-0 row gives NaN, not 0"),
+    ("LSE in log2 units", "(m_i + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)",
+     "(m_i + gl.log2(gl.where(empty, 1.0, l_i))))", "the LSE is off by a factor"),
+    ("page id of the next step skipped", "tok = tok + BLOCK_N\n", "tok = tok + 2 * BLOCK_N\n",
+     "every step past the prologue reads the wrong pages"),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=".", help="folder for break_gluon.json")
+    args = parser.parse_args()
+    original = SRC.read_text()
+    results = []
+    try:
+        for name, old, new, why in MUTATIONS:
+            assert original.count(old) >= 1, f"mutation {name!r}: {old!r} is not in {SRC.name}"
+            SRC.write_text(original.replace(old, new))
+            run = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", TESTS, "-k", "not compiles"],
+                capture_output=True, text=True,
+            )  # fmt: skip
+            caught = run.returncode == 1  # 1: tests failed (2-5: the run itself broke, which proves nothing)
+            tail = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else run.stderr[-200:]
+            results.append({"mutation": name, "expect": why, "caught": caught, "rc": run.returncode, "tail": tail})
+            print(f"{'caught' if caught else 'MISSED'}  {name}: {tail}", flush=True)
+    finally:
+        SRC.write_text(original)
+    clean = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TESTS],
+                           capture_output=True, text=True)  # fmt: skip
+    print(f"unmutated: rc {clean.returncode}, {clean.stdout.strip().splitlines()[-1]}")
+    pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+    summary = {"mutations": results, "unmutated_rc": clean.returncode}
+    (pathlib.Path(args.out) / "break_gluon.json").write_text(json.dumps(summary, indent=1))
+    return 0 if all(r["caught"] for r in results) and clean.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
