@@ -4,7 +4,7 @@ order (as a plan's single pass runs), over grids of 1 to 16 programs a SM, timed
 
 Each row: the plan's choice for it, then graph µs of the tl single pass and the Gluon kernel with 2 ring buffers of
 32-token steps, its row sums deferred (the library's default) or not, and 3 buffers (``--variants``: gNxS, N tokens a
-step, S buffers; then d defers the row sums, p loads one page id a page piece, wW runs W warps; gluon-gate-03970a1 and -e76ff69 ran before DEFER_SUM existed, and
+step, S buffers; a trailing d defers the row sums; gluon-gate-03970a1 and -e76ff69 ran before DEFER_SUM existed, and
 their variants sum every step), each timed twice (ABCABC: the H200's host runs a process at one of two paces, so only
 same-process pairs compare), after a check against the float64 reference.
 
@@ -14,7 +14,6 @@ same-process pairs compare), after a check against the float64 reference.
 
 import argparse
 import itertools
-import re
 
 import torch
 
@@ -32,8 +31,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
     ap.add_argument("--variants", default="tl,g32x2d,g32x2,g32x3d",
-                    help="tl and gNxS[d][p][wW] (N tokens a step, S ring buffers, d: row sums deferred, p: one page "
-                         "id a page piece, W warps)")  # fmt: skip
+                    help="tl and gNxS[d] (N tokens a step, S ring buffers, d: row sums deferred)")
     args = ap.parse_args()
     rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -49,10 +47,9 @@ def main():
             if v == "tl":
                 variants[v] = lambda c: decode_single(*c.args, scale, out, num_sms=sms, gluon=False)
             else:
-                n, s, d, p, w = re.fullmatch(r"g(\d+)x(\d+)(d?)(p?)(?:w(\d+))?", v).groups()
-                variants[v] = lambda c, kw=dict(stages=int(s), block_n=int(n), defer_sum=bool(d), page_ids=bool(p),
-                                                warps=int(w or 4)): gluon_single.decode_single_gluon(
-                    *c.args, scale, out, **kw)  # fmt: skip
+                n, s = map(int, v[1:].rstrip("d").split("x"))
+                variants[v] = lambda c, n=n, s=s, d=v.endswith("d"): gluon_single.decode_single_gluon(
+                    *c.args, scale, out, stages=s, block_n=n, defer_sum=d)
         errs = {}
         for key, fn in variants.items():
             out.fill_(float("nan"))

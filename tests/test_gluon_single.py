@@ -181,20 +181,6 @@ def test_ring_depths_and_steps(stages, block_n, defer_sum):
 
 
 @needs_gpu
-@pytest.mark.parametrize(
-    "page,block_n,stages,warps",
-    [(8, 32, 2, 4), (16, 32, 2, 4), (16, 128, 3, 4), (16, 128, 3, 8), (32, 64, 3, 8), (64, 32, 2, 4), (128, 64, 3, 8),
-     (7, 64, 2, 8), (4, 32, 2, 4)],
-)  # fmt: skip
-def test_page_ids_a_piece_and_eight_warps(page, block_n, stages, warps):
-    """One page id a piece of a step (page_ids; pages of 4 or 7 tokens keep one a row) and 8 warps, on ragged rows
-    whose ends fall inside pages and steps, through a shuffled table."""
-    lengths = [0, 1, 7, 8, 31, 33, 200, 1025, 127, 129, 700]
-    c = case(lengths, 12, 2, 128, page, torch.bfloat16, "cuda", seed=page + warps)
-    _check(c, stages=stages, block_n=block_n, page_ids=True, warps=warps)
-
-
-@needs_gpu
 def test_strided_inputs_and_separate_v_pages():
     """q and out as views of wider tensors, V pages in a pool of another layout (its own strides), the table a
     column view: the kernel reads every stride it is given."""

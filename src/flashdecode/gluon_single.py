@@ -83,46 +83,20 @@ if gluon is not None:
         async_copy.async_copy_global_to_shared(ring, X + (rows[:, None] + offs_d[None, :]), mask=(tok < end)[:, None])
 
     @gluon.jit
-    def _page_ids(table_row, base, bound, stride_btp, offs_p, PAGE_SIZE: gl.constexpr, TP: gl.constexpr):
-        """[NP]: the page id of each TP-token piece of the step starting at token `base` (pieces starting at or
-        past `bound` load 0, never dereferenced)."""
-        first = base + offs_p * TP
-        return gl.load(table_row + (first.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=first < bound, other=0)
-
-    @gluon.jit
-    def _issue_pages(ring, X, ids, base, end, stride_p, stride_t, offs_p, offs_tp, offs_d,
-                     PAGE_SIZE: gl.constexpr, NP: gl.constexpr, TP: gl.constexpr):  # fmt: skip
-        """As _issue, with one page id a TP-token piece ([NP] ids): the step's rows as [NP, TP, D], so that each
-        thread's address arithmetic is per page, not per row. Pieces lie within one page (TP divides PAGE_SIZE or
-        equals it)."""
-        rows = (base & (PAGE_SIZE - 1)) + offs_tp  # [TP] token rows within the page (a power-of-two size)
-        off = ids[:, None] * stride_p + rows[None, :] * stride_t  # [NP, TP]
-        tok = base + offs_p[:, None] * TP + offs_tp[None, :]
-        async_copy.async_copy_global_to_shared(ring.reshape([NP, TP, ring.shape[1]]), X + (off[:, :, None] + offs_d[None, None, :]),
-                                               mask=(tok < end)[:, :, None])  # fmt: skip
-
-    @gluon.jit
     def _decode_single_gluon_kernel(
         Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, qk_scale, num_q_heads, table_tokens,
         stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sl,
         stride_btb, stride_btp, stride_ob, stride_oh,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
-        Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True, NP: gl.constexpr = 0, WARPS: gl.constexpr = 4,
-        WP: gl.constexpr = 4,
+        Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True,
     ):  # fmt: skip
         # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
         # B operands, the gather's [BLOCK_N, D] rows (8 elements = 16 bytes a thread), the ring's swizzled tiles
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, WARPS], instr_shape=[16, 8])
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-        ld: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [WARPS, 1], [1, 0])
-        # NP > 0: the step gathered as [NP pieces, TP tokens, D], one page id a piece (WP warps along the pieces)
-        TP: gl.constexpr = BLOCK_N // NP if NP > 0 else BLOCK_N
-        ld3: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 2, 16], [WP, WARPS // WP, 1], [2, 1, 0])
-        p_l: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, ld3))
-        t_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, ld3))
-        d_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(1, ld3))
+        ld: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
         smem: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
         rows_l: gl.constexpr = gl.SliceLayout(1, mma)
         cols_l: gl.constexpr = gl.SliceLayout(0, mma)
@@ -151,39 +125,20 @@ if gluon is not None:
         k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
         v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
         offs_t = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
-        if NP > 0:
-            offs_p = gl.arange(0, NP, layout=p_l)
-            offs_tp = gl.arange(0, TP, layout=t_l)
-            offs_d3 = gl.arange(0, HEAD_DIM, layout=d_l)
         # prologue: steps 0 .. STAGES - 2 in flight (a copy group each, zeros past the end); their page ids masked by
         # the table's width only, so that they load beside the length (ids past the length are never dereferenced)
         for j in gl.static_range(STAGES - 1):
-            if NP > 0:
-                ids = _page_ids(table_row, j * BLOCK_N, table_tokens, stride_btp, offs_p, PAGE_SIZE, TP)
-                _issue_pages(k_ring.index(j), K, ids, j * BLOCK_N, end, stride_kp, stride_kt, offs_p, offs_tp, offs_d3,
-                             PAGE_SIZE, NP, TP)  # fmt: skip
-                if SAME_STRIDES:
-                    _issue_pages(v_ring.index(j), V, ids, j * BLOCK_N, end, stride_kp, stride_kt, offs_p, offs_tp,
-                                 offs_d3, PAGE_SIZE, NP, TP)  # fmt: skip
-                else:
-                    _issue_pages(v_ring.index(j), V, ids, j * BLOCK_N, end, stride_vp, stride_vt, offs_p, offs_tp,
-                                 offs_d3, PAGE_SIZE, NP, TP)  # fmt: skip
+            tok = j * BLOCK_N + offs_t
+            pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < table_tokens, other=0)
+            _issue(k_ring.index(j), K, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
+            if SAME_STRIDES:
+                _issue(v_ring.index(j), V, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
             else:
-                tok = j * BLOCK_N + offs_t
-                pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < table_tokens,
-                                other=0)  # fmt: skip
-                _issue(k_ring.index(j), K, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
-                if SAME_STRIDES:
-                    _issue(v_ring.index(j), V, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
-                else:
-                    _issue(v_ring.index(j), V, pages, tok, end, stride_vp, stride_vt, offs_d, PAGE_SIZE)
+                _issue(v_ring.index(j), V, pages, tok, end, stride_vp, stride_vt, offs_d, PAGE_SIZE)
             async_copy.commit_group()
         # the page ids a step ahead of the copies
-        if NP > 0:
-            next_ids = _page_ids(table_row, (STAGES - 1) * BLOCK_N, end, stride_btp, offs_p, PAGE_SIZE, TP)
-        else:
-            tok = (STAGES - 1) * BLOCK_N + offs_t
-            next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
+        tok = (STAGES - 1) * BLOCK_N + offs_t
+        next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
 
         m_i = gl.full([16], float("-inf"), gl.float32, rows_l)  # running max (log2 units)
         l_i = gl.zeros([16], gl.float32, rows_l)  # running sum
@@ -198,30 +153,15 @@ if gluon is not None:
             async_copy.wait_group(STAGES - 2)
             gl.thread_barrier()
             ahead = i + STAGES - 1
-            if NP > 0:
-                b = ahead * BLOCK_N
-                _issue_pages(k_ring.index(ahead % STAGES), K, next_ids, b, end, stride_kp, stride_kt, offs_p, offs_tp,
-                             offs_d3, PAGE_SIZE, NP, TP)  # fmt: skip
-                if SAME_STRIDES:
-                    _issue_pages(v_ring.index(ahead % STAGES), V, next_ids, b, end, stride_kp, stride_kt, offs_p,
-                                 offs_tp, offs_d3, PAGE_SIZE, NP, TP)  # fmt: skip
-                else:
-                    _issue_pages(v_ring.index(ahead % STAGES), V, next_ids, b, end, stride_vp, stride_vt, offs_p,
-                                 offs_tp, offs_d3, PAGE_SIZE, NP, TP)  # fmt: skip
-                async_copy.commit_group()
-                next_ids = _page_ids(table_row, b + BLOCK_N, end, stride_btp, offs_p, PAGE_SIZE, TP)
+            tok = ahead * BLOCK_N + offs_t
+            _issue(k_ring.index(ahead % STAGES), K, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
+            if SAME_STRIDES:
+                _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
             else:
-                tok = ahead * BLOCK_N + offs_t
-                _issue(k_ring.index(ahead % STAGES), K, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
-                if SAME_STRIDES:
-                    _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_kp, stride_kt, offs_d,
-                           PAGE_SIZE)  # fmt: skip
-                else:
-                    _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_vp, stride_vt, offs_d,
-                           PAGE_SIZE)  # fmt: skip
-                async_copy.commit_group()
-                tok = tok + BLOCK_N
-                next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
+                _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_vp, stride_vt, offs_d, PAGE_SIZE)
+            async_copy.commit_group()
+            tok = tok + BLOCK_N
+            next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
 
             # s [16, BLOCK_N] = q . K^T in log2 units; tokens past the end -inf
             if Q_REGS:
@@ -306,7 +246,7 @@ def pays(programs: int, num_sms: int | None, group: int) -> bool:
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True, defer_sum=True, page_ids=False, warps=4,
+    q_regs=True, defer_sum=True,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -331,9 +271,6 @@ def decode_single_gluon(
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
-    # page_ids: one id a page piece where a piece keeps the ring's swizzle (8+ rows of a power-of-two page)
-    piece = min(page_size, block_n)
-    np_ = block_n // piece if page_ids and page_size & (page_size - 1) == 0 and piece >= 8 else 0
     launch(
         _decode_single_gluon_kernel, (batch, num_kv_heads),
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
@@ -344,7 +281,6 @@ def decode_single_gluon(
         stride_oh=out.stride(1),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
-        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), NP=np_, WARPS=warps, WP=min(warps, max(np_, 1)),
-        num_warps=warps, **({"launch_pdl": True} if chain else {}),
+        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), num_warps=4, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse
