@@ -5,9 +5,7 @@ LSEs: the partials), then merged by a small Triton kernel here (one program per 
 chunks by their LSE). Every row's merged output is checked against float64 first.
 
 Columns, graph µs: the library's plan; the chunk pass alone (the partials' read and write: what a fused merge
-could at best add nothing to); the chunk pass then the merge launch (what a combine launch costs, without PDL);
-then ``gluon_single`` with ``splits`` S (its fused merge: the last of a sequence's S programs merges), for S the
-chunk's split count and half of it.
+could at best add nothing to); the chunk pass then the merge launch (what a combine launch costs, without PDL).
 
     python scripts/gluon_split_probe.py [--rows B,L;...] [--chunk 256]   # on the GPU; $OUT/gluon_split.jsonl
 """
@@ -88,23 +86,13 @@ def main():
         err = (out.double() - ref).abs().max().item()
         variants = {"plan": lambda i: decode_attention(*copies[i].args, out=out, plan=plan),
                     "chunks": lambda i: chunk_pass(parts[i]), "chunks+merge": lambda i: merged(parts[i])}  # fmt: skip
-        errs = {"chunks+merge": err}
-        for n in sorted({splits, max(splits // 2, 2)}):
-            ws = gluon_single.split_workspace(batch, 12, 2, n, "cuda")
-            variants[f"fused{n}"] = lambda i, n=n, ws=ws: gluon_single.decode_single_gluon(
-                *copies[i].args, scale, out, splits=n, workspace=ws)  # fmt: skip
-            for _ in range(2):  # twice: the merger reset its counters
-                out.fill_(float("nan"))
-                variants[f"fused{n}"](0)
-            errs[f"fused{n}"] = (out.double() - ref).abs().max().item()
-        err = max(errs.values())
         times = {k: [] for k in variants}
         for _ in range(2):
             for key, fn in variants.items():
                 it = itertools.cycle(range(len(copies)))
                 times[key].append(probe_graph_us(lambda fn=fn: fn(next(it))) if err < 2e-2 else float("nan"))
         name = f"{batch}x{length} 12/2"
-        log.row(dict(row=name, chunk=args.chunk, splits=splits, plan=f"{plan.backend}/{plan.num_splits}", errs=errs,
+        log.row(dict(row=name, chunk=args.chunk, splits=splits, plan=f"{plan.backend}/{plan.num_splits}", err=err,
                      us=times),
                 f"{name:<14} {splits:4d} chunks of {args.chunk}  err {err:.1e}  "
                 + "  ".join(f"{k} {min(v):7.2f} ({max(v):.2f})" for k, v in times.items()))  # fmt: skip

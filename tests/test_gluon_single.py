@@ -94,15 +94,14 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from flashdecode import gluon_single
 
 kernel = gluon_single._decode_single_gluon_kernel
-POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", SEQLENS="*i32", BLOCK_TABLE="*i32",
-                O_PART="*fp32", LSE_PART="*fp32", COUNTERS="*i32")
+POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", SEQLENS="*i32", BLOCK_TABLE="*i32")
 # as a launch specialises them on the GPU: pointers and the page / token / head strides divisible by 16
 ALIGNED = set(POINTERS) | {"stride_qb", "stride_qh", "stride_kp", "stride_kt", "stride_kh", "stride_vp", "stride_vt",
                            "stride_vh", "stride_btb", "stride_ob", "stride_oh"}
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for extra in (dict(), dict(USE_PDL=False, WRITE_LSE=False), dict(SAME_STRIDES=False, GROUP=16, PAGE_SIZE=1),
               dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False),
-              dict(DEFER_SUM=False), dict(SPLITS=4), dict(SPLITS=64, GROUP=16)):
+              dict(DEFER_SUM=False)):
     # constexprs left out take their defaults
     defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
     consts = {**defaults, **dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_N=32, STAGES=2, SAME_STRIDES=True,
@@ -141,7 +140,7 @@ def test_compiles_for_sm90_with_four_programs_a_sm():
 
 def _check(c, dtype=torch.bfloat16, out=None, **kwargs):
     """decode_single forced onto the Gluon kernel (NaN-filled out) against the float64 reference, output and LSE;
-    with kwargs (stages, block_n, splits), decode_single_gluon itself."""
+    with kwargs (stages, block_n), decode_single_gluon itself."""
     poison_page_tails(c)
     ref_out, ref_lse = reference_of(c)
     out = torch.full_like(c.q, float("nan")) if out is None else out.fill_(float("nan"))
@@ -179,23 +178,6 @@ def test_ring_depths_and_steps(stages, block_n, defer_sum):
     lengths = [0, 1, 31, 32, 33, 200, 1025, 127, 129]
     c = case(lengths, 12, 2, 128, 16, torch.bfloat16, "cuda", seed=stages)
     _check(c, stages=stages, block_n=block_n, defer_sum=defer_sum)
-
-
-@needs_gpu
-@pytest.mark.parametrize(
-    "hq,hkv,page,splits",
-    [(12, 2, 16, 2), (12, 2, 16, 4), (12, 2, 16, 16), (12, 2, 16, 64), (32, 8, 1, 8), (16, 1, 7, 4)],
-)
-def test_splits_merged_by_the_last_program(hq, hkv, page, splits):
-    """Fixed splits of every sequence merged by the last of its programs to arrive: ragged lengths whose chunks end
-    inside steps and pages, chunks past a short sequence's end (empty partials), two calls (the merger resets the
-    counters), against float64."""
-    lengths = [0, 1, 31, 33, 200, 1025, 127, 129, 700, 3000]
-    c = case(lengths, hq, hkv, 128, page, torch.bfloat16, "cuda", seed=splits)
-    ws = gluon_single.split_workspace(len(lengths), hq, hkv, splits, "cuda")
-    for _ in range(2):
-        _check(c, splits=splits, workspace=ws)
-    assert (ws[2] == 0).all()
 
 
 @needs_gpu

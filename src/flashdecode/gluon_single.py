@@ -21,9 +21,6 @@ it (``pays``): docs/design.md, "A Gluon single pass in the library".
 
 from __future__ import annotations
 
-import torch
-import triton
-
 from .launcher import launch
 from .triton_common import (
     LN2,
@@ -35,6 +32,8 @@ from .triton_common import (
     interpreting,
     use_pdl,
 )
+
+import triton
 
 try:  # Gluon ships with Triton >= 3.5's experimental package; without it the tl single pass runs
     from triton.experimental import gluon
@@ -84,54 +83,13 @@ if gluon is not None:
         async_copy.async_copy_global_to_shared(ring, X + (rows[:, None] + offs_d[None, :]), mask=(tok < end)[:, None])
 
     @gluon.jit
-    def _merge_if_last(O_PART, LSE_PART, OUT, LSE, COUNTERS, seq, kv_head, heads, mask_h, offs_d, num_q_heads,
-                       stride_ob, stride_oh, SPLITS: gl.constexpr, HEAD_DIM: gl.constexpr, WRITE_LSE: gl.constexpr,
-                       ACC_L: gl.constexpr):  # fmt: skip
-        """After a split program has stored its partial rows: one acq_rel atomic at GPU scope on the counter of
-        (sequence, KV head), after a CTA barrier that orders every thread's stores before it; the program that finds
-        SPLITS - 1 earlier arrivals has acquired every partial, merges them in split order by their LSE (read
-        through L2, .cg) into OUT / LSE, and zeroes the counter for the next call."""
-        gl.thread_barrier()
-        slot = seq * gl.num_programs(1) + kv_head
-        arrived = gl.atomic_add(COUNTERS + slot, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLITS - 1:
-            # [16] rows and [16, D] tiles in the kernel's accumulator layout (ACC_L)
-            m_i = gl.full([16], float("-inf"), gl.float32, gl.SliceLayout(1, ACC_L))  # running max of LSEs (ln)
-            l_i = gl.zeros([16], gl.float32, gl.SliceLayout(1, ACC_L))
-            acc = gl.zeros([16, HEAD_DIM], gl.float32, ACC_L)
-            # UNROLL splits' loads issued together; SPLITS is a multiple of it (a power of two)
-            UNROLL: gl.constexpr = 8 if SPLITS > 8 else SPLITS
-            for c0 in range(0, SPLITS, UNROLL):
-                for j in gl.static_range(UNROLL):
-                    rows = (seq * SPLITS + c0 + j).to(gl.int64) * num_q_heads + heads
-                    lse_c = gl.load(LSE_PART + rows, mask=mask_h, other=float("-inf"), cache_modifier=".cg")
-                    o_c = gl.load(O_PART + rows[:, None] * HEAD_DIM + offs_d[None, :], mask=mask_h[:, None],
-                                  other=0.0, cache_modifier=".cg")  # fmt: skip
-                    m_new = gl.maximum(m_i, lse_c)
-                    # padding rows and empty partials stay -inf: measure from 0 so that exp(-inf - 0) = 0
-                    m_ref = gl.where(m_new == float("-inf"), 0.0, m_new)
-                    alpha = gl.exp(m_i - m_ref)
-                    w = gl.exp(lse_c - m_ref)
-                    l_i = l_i * alpha + w
-                    acc = acc * alpha[:, None] + w[:, None] * o_c
-                    m_i = m_new
-            empty = l_i == 0.0
-            out = acc / gl.where(empty, 1.0, l_i)[:, None]
-            o_rows = seq.to(gl.int64) * stride_ob + heads.to(gl.int64) * stride_oh
-            gl.store(OUT + o_rows[:, None] + offs_d[None, :], out.to(OUT.dtype.element_ty), mask=mask_h[:, None])
-            if WRITE_LSE:
-                lse = gl.where(empty, float("-inf"), m_i + gl.log(gl.where(empty, 1.0, l_i)))
-                gl.store(LSE + seq.to(gl.int64) * num_q_heads + heads, lse, mask=mask_h)
-            gl.store(COUNTERS + slot, 0)
-
-    @gluon.jit
     def _decode_single_gluon_kernel(
-        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, O_PART, LSE_PART, COUNTERS, qk_scale, num_q_heads, table_tokens,
+        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, qk_scale, num_q_heads, table_tokens,
         stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sl,
         stride_btb, stride_btp, stride_ob, stride_oh,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
-        Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True, SPLITS: gl.constexpr = 1,
+        Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True,
     ):  # fmt: skip
         # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
         # B operands, the gather's [BLOCK_N, D] rows (8 elements = 16 bytes a thread), the ring's swizzled tiles
@@ -148,17 +106,7 @@ if gluon is not None:
         if USE_PDL:
             # chained calls: the previous kernel has finished before the first load
             gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-        length = gl.load(SEQLENS + seq * stride_sl)
-        if SPLITS > 1:
-            # split program_id(2) of SPLITS walks tokens [first, end): equal chunks of whole steps, the last ones
-            # shorter or empty (first past the length: no step, a partial of l = 0 that the merge weighs 0)
-            split = gl.program_id(2)
-            chunk = gl.cdiv(gl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
-            first = split * chunk
-            end = gl.minimum(length, first + chunk)
-        else:
-            first = 0
-            end = length
+        end = gl.load(SEQLENS + seq * stride_sl)
         table_row = BLOCK_TABLE + seq.to(gl.int64) * stride_btb
         K = K + kv_head.to(gl.int64) * stride_kh
         V = V + kv_head.to(gl.int64) * stride_vh
@@ -180,7 +128,7 @@ if gluon is not None:
         # prologue: steps 0 .. STAGES - 2 in flight (a copy group each, zeros past the end); their page ids masked by
         # the table's width only, so that they load beside the length (ids past the length are never dereferenced)
         for j in gl.static_range(STAGES - 1):
-            tok = first + j * BLOCK_N + offs_t
+            tok = j * BLOCK_N + offs_t
             pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < table_tokens, other=0)
             _issue(k_ring.index(j), K, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
             if SAME_STRIDES:
@@ -189,7 +137,7 @@ if gluon is not None:
                 _issue(v_ring.index(j), V, pages, tok, end, stride_vp, stride_vt, offs_d, PAGE_SIZE)
             async_copy.commit_group()
         # the page ids a step ahead of the copies
-        tok = first + (STAGES - 1) * BLOCK_N + offs_t
+        tok = (STAGES - 1) * BLOCK_N + offs_t
         next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
 
         m_i = gl.full([16], float("-inf"), gl.float32, rows_l)  # running max (log2 units)
@@ -199,13 +147,13 @@ if gluon is not None:
         l_cols = gl.zeros([16, BLOCK_N], gl.float32, mma)
         acc = gl.zeros([16, HEAD_DIM], gl.float32, mma)  # unnormalised output
         offs_n = gl.arange(0, BLOCK_N, layout=cols_l)
-        for i in range(0, gl.cdiv(end - first, BLOCK_N)):
+        for i in range(0, gl.cdiv(end, BLOCK_N)):
             # step i's group has landed once at most STAGES - 2 are outstanding; the barrier shows every thread's
             # copies to all and frees the buffer that step i - 1 read, which step i + STAGES - 1 now fills
             async_copy.wait_group(STAGES - 2)
             gl.thread_barrier()
             ahead = i + STAGES - 1
-            tok = first + ahead * BLOCK_N + offs_t
+            tok = ahead * BLOCK_N + offs_t
             _issue(k_ring.index(ahead % STAGES), K, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
             if SAME_STRIDES:
                 _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
@@ -222,7 +170,7 @@ if gluon is not None:
                 qa = q_smem.load(a_op)
             k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op)
             s = mma_v2(qa, k_t, gl.zeros([16, BLOCK_N], gl.float32, mma)) * qk_scale
-            s = gl.where((first + i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
+            s = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
             alpha = gl.exp2(m_i - m_new)
             p = gl.exp2(s - m_new[:, None])
@@ -247,22 +195,11 @@ if gluon is not None:
         offs_ho = gl.arange(0, 16, layout=rows_l)
         offs_do = gl.arange(0, HEAD_DIM, layout=cols_l)
         heads = kv_head * GROUP + offs_ho
-        mask_h = offs_ho < GROUP
-        if SPLITS > 1:
-            # the partial (fp32, normalised) and its LSE at row (seq * SPLITS + split) * Hq + head; the last of the
-            # sequence's SPLITS programs to arrive merges them all
+        o_rows = seq.to(gl.int64) * stride_ob + heads.to(gl.int64) * stride_oh
+        gl.store(OUT + o_rows[:, None] + offs_do[None, :], out.to(OUT.dtype.element_ty), mask=(offs_ho < GROUP)[:, None])
+        if WRITE_LSE:
             lse = gl.where(empty, float("-inf"), (m_i + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
-            p_rows = (seq * SPLITS + split).to(gl.int64) * num_q_heads + heads
-            gl.store(O_PART + p_rows[:, None] * HEAD_DIM + offs_do[None, :], out, mask=mask_h[:, None])
-            gl.store(LSE_PART + p_rows, lse, mask=mask_h)
-            _merge_if_last(O_PART, LSE_PART, OUT, LSE, COUNTERS, seq, kv_head, heads, mask_h, offs_do, num_q_heads,
-                           stride_ob, stride_oh, SPLITS, HEAD_DIM, WRITE_LSE, mma)  # fmt: skip
-        else:
-            o_rows = seq.to(gl.int64) * stride_ob + heads.to(gl.int64) * stride_oh
-            gl.store(OUT + o_rows[:, None] + offs_do[None, :], out.to(OUT.dtype.element_ty), mask=mask_h[:, None])
-            if WRITE_LSE:
-                lse = gl.where(empty, float("-inf"), (m_i + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
-                gl.store(LSE + seq.to(gl.int64) * num_q_heads + heads, lse, mask=mask_h)
+            gl.store(LSE + seq.to(gl.int64) * num_q_heads + heads, lse, mask=offs_ho < GROUP)
 
 
 def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> bool:
@@ -277,6 +214,8 @@ def fits(q, k_cache, v_cache, features=None) -> bool:
     """Whether the kernel computes a call of these tensors, on any device (the CPU tests ask it): one query token
     ([B, Hq, D] q), no features, a 16-bit cache of q's dtype, head dim 128, at most MAX_GROUP query heads a KV
     head, 16-byte aligned rows, offsets within 32 bits."""
+    import torch
+
     f = features or PLAIN
     plain = f.softcap is None and f.alibi_slopes is None and f.sinks is None and f.window_left is None
     if not plain or f.q_len != 1 or f.kv_fp8 or q.dim() != 3:
@@ -305,17 +244,9 @@ def pays(programs: int, num_sms: int | None, group: int) -> bool:
     return GLUON_MIN_PER_SM * num_sms <= programs <= GLUON_MAX_PER_SM * num_sms
 
 
-def split_workspace(batch: int, num_q_heads: int, num_kv_heads: int, splits: int, device):
-    """(fp32 partials [B * splits, Hq, 128], their LSEs [B * splits, Hq], int32 arrival counters [B * Hkv], zero:
-    the merging program resets its own) for ``decode_single_gluon(..., splits=splits)``."""
-    return (torch.empty(batch * splits, num_q_heads, HEAD_DIM, dtype=torch.float32, device=device),
-            torch.empty(batch * splits, num_q_heads, dtype=torch.float32, device=device),
-            torch.zeros(batch * num_kv_heads, dtype=torch.int32, device=device))  # fmt: skip
-
-
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True, defer_sum=True, splits=1, workspace=None,
+    q_regs=True, defer_sum=True,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -340,17 +271,9 @@ def decode_single_gluon(
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
-    if splits > 1:
-        assert splits & (splits - 1) == 0, f"splits {splits}: a power of two"
-        o_part, lse_part, counters = workspace
-        assert o_part.shape == (batch * splits, num_q_heads, head_dim) and o_part.dtype == torch.float32
-        assert lse_part.shape == (batch * splits, num_q_heads) and counters.numel() >= batch * num_kv_heads
-    else:
-        o_part = lse_part = counters = out
     launch(
-        _decode_single_gluon_kernel, (batch, num_kv_heads, splits),
-        q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out, o_part, lse_part,
-        counters,
+        _decode_single_gluon_kernel, (batch, num_kv_heads),
+        q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
         qk_scale=softmax_scale * LOG2E, num_q_heads=num_q_heads, table_tokens=block_table.shape[1] * page_size,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_kp=stride_kp, stride_kt=stride_kt, stride_kh=stride_kh,
         stride_vp=stride_vp, stride_vt=stride_vt, stride_vh=stride_vh, stride_sl=cache_seqlens.stride(0),
@@ -358,6 +281,6 @@ def decode_single_gluon(
         stride_oh=out.stride(1),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
-        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), SPLITS=splits, num_warps=4, **({"launch_pdl": True} if chain else {}),
+        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), num_warps=4, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse
