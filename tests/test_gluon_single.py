@@ -11,10 +11,13 @@ import sys
 
 import pytest
 import torch
+from feature_helpers import lse_tolerance as feature_lse_tolerance
 from helpers import case, lse_err, lse_tolerance, max_err, output_tolerance, ragged_lengths, reference_of
 
 from flashdecode import decode_attention, gluon_single, plan_decode
 from flashdecode.cases import poison_page_tails
+from flashdecode.check import output_tolerance as args_output_tolerance
+from flashdecode.reference import reference_dense
 from flashdecode.triton_single import decode_single
 
 GPU = torch.cuda.is_available()
@@ -178,6 +181,36 @@ def test_ring_depths_and_steps(stages, block_n, defer_sum):
     lengths = [0, 1, 31, 32, 33, 200, 1025, 127, 129]
     c = case(lengths, 12, 2, 128, 16, torch.bfloat16, "cuda", seed=stages)
     _check(c, stages=stages, block_n=block_n, defer_sum=defer_sum)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "fp8,q_dtype,hq,hkv,page,stages,block_n,tensor_scales,k_direct",
+    [("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, False), ("e5m2", torch.float16, 32, 8, 7, 3, 32, False, False),
+     ("e4m3", torch.float16, 16, 1, 64, 2, 64, True, False), ("e4m3", torch.bfloat16, 28, 4, 1, 4, 16, True, False),
+     ("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, True), ("e5m2", torch.float16, 32, 8, 7, 3, 32, True, True)],
+)  # fmt: skip
+def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, k_direct):
+    """An fp8 cache (k_scale != v_scale, floats or device tensors) on ragged rows with NaN in unused pages and past
+    each length, against the float64 reference of the dequantised cache."""
+    dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fp8]
+    lengths = ragged_lengths(page, long=700) + [33, 64, 95]
+    c = case(lengths, hq, hkv, 128, page, torch.float32, "cuda", seed=page + stages)
+    poison_page_tails(c)
+    k8, v8 = (c.k_cache / 0.05).to(dtype), (c.v_cache / 0.3).to(dtype)
+    args = (c.q.to(q_dtype), k8, v8, c.cache_seqlens, c.block_table)
+    scales = dict(k_scale=0.05, v_scale=0.3)
+    ref_out, ref_lse = reference_dense(*args, **scales)
+    if tensor_scales:
+        scales = {k: torch.tensor(v, device="cuda") for k, v in scales.items()}
+    out = torch.full_like(args[0], float("nan"))
+    lse = torch.full(args[0].shape[:-1], float("nan"), dtype=torch.float32, device="cuda")
+    gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, stages=stages, block_n=block_n, k_direct=k_direct,
+                                     **scales)  # fmt: skip
+    assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
+    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
+    empty = c.cache_seqlens == 0
+    assert (out[empty] == 0).all() and (lse[empty] == float("-inf")).all()
 
 
 @needs_gpu

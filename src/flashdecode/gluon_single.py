@@ -21,6 +21,8 @@ it (``pays``): docs/design.md, "A Gluon single pass in the library".
 
 from __future__ import annotations
 
+import torch
+
 from .launcher import launch
 from .triton_common import (
     LN2,
@@ -84,20 +86,27 @@ if gluon is not None:
 
     @gluon.jit
     def _decode_single_gluon_kernel(
-        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, qk_scale, num_q_heads, table_tokens,
+        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, qk_scale, K_SCALE, V_SCALE, num_q_heads, table_tokens,
         stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sl,
         stride_btb, stride_btp, stride_ob, stride_oh,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
-        Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True,
+        Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True, KV_FP8: gl.constexpr = False,
+        SCALE_PTR: gl.constexpr = False,
     ):  # fmt: skip
         # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
-        # B operands, the gather's [BLOCK_N, D] rows (8 elements = 16 bytes a thread), the ring's swizzled tiles
+        # B operands, q's [16, D] rows and the 16-bit tiles' (8 elements = 16 bytes a thread), the gather's [BLOCK_N, D]
+        # rows (16 bytes a thread: 8 elements, 16 of an fp8 cache), the swizzled tiles
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-        ld: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        a_op4: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+        b_op4: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
+        ldq: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
         smem: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
+        VEC: gl.constexpr = 16 if KV_FP8 else 8
+        ld: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // HEAD_DIM, HEAD_DIM // VEC], [4, 1], [1, 0])
+        ring_l: gl.constexpr = gl.SwizzledSharedLayout(vec=VEC, per_phase=1, max_phase=8, order=[1, 0])
         rows_l: gl.constexpr = gl.SliceLayout(1, mma)
         cols_l: gl.constexpr = gl.SliceLayout(0, mma)
 
@@ -113,17 +122,33 @@ if gluon is not None:
 
         # q [16, D]: the KV head's GROUP query rows, padding rows 0, converted once to the A operand's registers
         # (Q_REGS False, for measurements: kept in shared memory and read every step, as the tl kernel does)
-        offs_h = gl.arange(0, 16, layout=gl.SliceLayout(1, ld))
-        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
+        offs_h = gl.arange(0, 16, layout=gl.SliceLayout(1, ldq))
+        offs_dq = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ldq))
         q_rows = seq.to(gl.int64) * stride_qb + (kv_head * GROUP + offs_h).to(gl.int64) * stride_qh
-        q = gl.load(Q + q_rows[:, None] + offs_d[None, :], mask=(offs_h < GROUP)[:, None], other=0.0)
+        q = gl.load(Q + q_rows[:, None] + offs_dq[None, :], mask=(offs_h < GROUP)[:, None], other=0.0)
+        if KV_FP8:
+            # an fp8 cache's products run in fp16 (as the tl kernel's FP8_DOT_F16): e4m3 / e5m2 values are exact
+            # there, q saturates at fp16's largest finite value; k_scale joins the score scale
+            q = gl.minimum(gl.maximum(q.to(gl.float32), -65504.0), 65504.0).to(gl.float16)
+            if SCALE_PTR:
+                qk_scale = qk_scale * gl.load(K_SCALE)
+            else:
+                qk_scale = qk_scale * K_SCALE
+        offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
+        if KV_FP8 == 2:
+            q_a4 = gl.convert_layout(q, a_op4)
         if Q_REGS:
             q_a = gl.convert_layout(q, a_op)
         else:
-            q_smem = gl.allocate_shared_memory(Q.dtype.element_ty, [16, HEAD_DIM], smem, q)
+            q_smem = gl.allocate_shared_memory(q.dtype, [16, HEAD_DIM], smem, q)
 
-        k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
-        v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], smem)
+        k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], ring_l)
+        v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], ring_l)
+        if KV_FP8:
+            # the step's K and V converted to fp16 in registers and staged here for the MMA's operand loads
+            # (ldmatrix has no transposing 8-bit form for V's token pairs)
+            k16 = gl.allocate_shared_memory(gl.float16, [BLOCK_N, HEAD_DIM], smem)
+            v16 = gl.allocate_shared_memory(gl.float16, [BLOCK_N, HEAD_DIM], smem)
         offs_t = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
         # prologue: steps 0 .. STAGES - 2 in flight (a copy group each, zeros past the end); their page ids masked by
         # the table's width only, so that they load beside the length (ids past the length are never dereferenced)
@@ -168,7 +193,21 @@ if gluon is not None:
                 qa = q_a
             else:
                 qa = q_smem.load(a_op)
-            k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op)
+            if KV_FP8 == 2:
+                # K^T's operand read straight from the 8-bit ring, 4 consecutive head-dim bytes a load, converted
+                # in registers (the products' k_width 4 in both operands); V staged as fp16
+                v16.store(v_ring.index(i % STAGES).load(ld).to(gl.float16))
+                k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op4).to(gl.float16)
+                gl.thread_barrier()
+            elif KV_FP8:
+                k16.store(k_ring.index(i % STAGES).load(ld).to(gl.float16))
+                v16.store(v_ring.index(i % STAGES).load(ld).to(gl.float16))
+                gl.thread_barrier()
+                k_t = k16.permute([1, 0]).load(b_op)
+            else:
+                k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op)
+            if KV_FP8 == 2:
+                qa = q_a4
             s = mma_v2(qa, k_t, gl.zeros([16, BLOCK_N], gl.float32, mma)) * qk_scale
             s = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
@@ -178,8 +217,11 @@ if gluon is not None:
                 l_cols = l_cols * alpha[:, None] + p
             else:
                 l_i = l_i * alpha + gl.sum(p, axis=1)
-            v = v_ring.index(i % STAGES).load(b_op)
-            acc = mma_v2(gl.convert_layout(p.to(V.dtype.element_ty), a_op), v, acc * alpha[:, None])
+            if KV_FP8:
+                v = v16.load(b_op)
+            else:
+                v = v_ring.index(i % STAGES).load(b_op)
+            acc = mma_v2(gl.convert_layout(p.to(v.dtype), a_op), v, acc * alpha[:, None])
             m_i = m_new
         async_copy.wait_group(0)
         if USE_PDL:
@@ -192,6 +234,11 @@ if gluon is not None:
         # an empty sequence: out 0, LSE -inf
         empty = l_i == 0.0
         out = acc / gl.where(empty, 1.0, l_i)[:, None]
+        if KV_FP8:
+            if SCALE_PTR:
+                out = out * gl.load(V_SCALE)
+            else:
+                out = out * V_SCALE
         offs_ho = gl.arange(0, 16, layout=rows_l)
         offs_do = gl.arange(0, HEAD_DIM, layout=cols_l)
         heads = kv_head * GROUP + offs_ho
@@ -214,8 +261,6 @@ def fits(q, k_cache, v_cache, features=None) -> bool:
     """Whether the kernel computes a call of these tensors, on any device (the CPU tests ask it): one query token
     ([B, Hq, D] q), no features, a 16-bit cache of q's dtype, head dim 128, at most MAX_GROUP query heads a KV
     head, 16-byte aligned rows, offsets within 32 bits."""
-    import torch
-
     f = features or PLAIN
     plain = f.softcap is None and f.alibi_slopes is None and f.sinks is None and f.window_left is None
     if not plain or f.q_len != 1 or f.kv_fp8 or q.dim() != 3:
@@ -246,7 +291,7 @@ def pays(programs: int, num_sms: int | None, group: int) -> bool:
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True, defer_sum=True,
+    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, k_direct=False,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -266,21 +311,26 @@ def decode_single_gluon(
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
-    ring_bytes = 2 * stages * block_n * head_dim * q.element_size()
+    # the ring, and an fp8 cache's two fp16 staging tiles
+    ring_bytes = 2 * stages * block_n * head_dim * k_cache.element_size()
+    ring_bytes += 2 * block_n * head_dim * 2 if k_cache.element_size() == 1 else 0
     assert ring_bytes <= SMEM_MAX, f"stages {stages} x block_n {block_n}: a {ring_bytes}-byte ring, over {SMEM_MAX}"
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
+    fp8 = (2 if k_direct else 1) if k_cache.element_size() == 1 else 0
+    scale_ptr = isinstance(k_scale, torch.Tensor)
+    assert scale_ptr == isinstance(v_scale, torch.Tensor), "k_scale and v_scale: both floats or both device tensors"
     launch(
         _decode_single_gluon_kernel, (batch, num_kv_heads),
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
-        qk_scale=softmax_scale * LOG2E, num_q_heads=num_q_heads, table_tokens=block_table.shape[1] * page_size,
+        qk_scale=softmax_scale * LOG2E, K_SCALE=k_scale, V_SCALE=v_scale, num_q_heads=num_q_heads, table_tokens=block_table.shape[1] * page_size,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_kp=stride_kp, stride_kt=stride_kt, stride_kh=stride_kh,
         stride_vp=stride_vp, stride_vt=stride_vt, stride_vh=stride_vh, stride_sl=cache_seqlens.stride(0),
         stride_btb=block_table.stride(0), stride_btp=block_table.stride(1), stride_ob=out.stride(0),
         stride_oh=out.stride(1),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
-        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), num_warps=4, **({"launch_pdl": True} if chain else {}),
+        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), KV_FP8=fp8, SCALE_PTR=scale_ptr, num_warps=4, **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse
