@@ -70,8 +70,15 @@ def test_fits_refuses_what_it_does_not_compute():
     assert not gluon_single.fits(q.unsqueeze(1), k, v)  # [B, q_len, Hq, D]
     assert not gluon_single.fits(q.float(), k.float(), v.float())
     assert not gluon_single.fits(q.half(), k, v)  # q's dtype differs from the cache's
-    fp8 = k.to(torch.float8_e4m3fn)
-    assert not gluon_single.fits(q, fp8, fp8, Features(kv_fp8=True))
+    # an fp8 cache fits when the call says so (its scales), K and V of one fp8 dtype, q fp16 / bf16
+    fp8, e5m2 = k.to(torch.float8_e4m3fn), v.to(torch.float8_e5m2)
+    assert gluon_single.fits(q, fp8, fp8, Features(kv_fp8=True, k_scale=0.5, v_scale=2.0))
+    assert gluon_single.fits(q.half(), e5m2, e5m2, Features(kv_fp8=True))
+    assert not gluon_single.fits(q, fp8, fp8)  # an fp8 cache without kv_fp8
+    assert not gluon_single.fits(q, k, v, Features(kv_fp8=True))  # kv_fp8 on a 16-bit cache
+    assert not gluon_single.fits(q, fp8, e5m2, Features(kv_fp8=True))
+    assert not gluon_single.fits(q.float(), fp8, fp8, Features(kv_fp8=True))
+    assert not gluon_single.fits(q, fp8, fp8, Features(kv_fp8=True, softcap=5.0))
     d64 = case([40], 12, 2, 64, 16, torch.bfloat16, "cpu")
     assert not gluon_single.fits(d64.q, d64.k_cache, d64.v_cache)
     g32 = case([40], 32, 1, 128, 16, torch.bfloat16, "cpu")
@@ -104,12 +111,15 @@ ALIGNED = set(POINTERS) | {"stride_qb", "stride_qh", "stride_kp", "stride_kt", "
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for extra in (dict(), dict(USE_PDL=False, WRITE_LSE=False), dict(SAME_STRIDES=False, GROUP=16, PAGE_SIZE=1),
               dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False),
-              dict(DEFER_SUM=False)):
+              dict(DEFER_SUM=False), dict(KV_FP8=True), dict(KV_FP8=True, SCALE_PTR=True, GROUP=16, STAGES=3)):
     # constexprs left out take their defaults
     defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
     consts = {**defaults, **dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_N=32, STAGES=2, SAME_STRIDES=True,
                                  WRITE_LSE=True, USE_PDL=True), **extra}
-    sig = {n: "constexpr" if n in consts else POINTERS.get(n, "fp32" if n == "qk_scale" else "i32")
+    # an fp8 cache's K and V, and its scales as fp32 values or pointers
+    ptrs = dict(POINTERS, **(dict(K="*fp8e4nv", V="*fp8e4nv") if consts.get("KV_FP8") else {}))
+    ptrs.update(dict(K_SCALE="*fp32", V_SCALE="*fp32") if consts.get("SCALE_PTR") else {})
+    sig = {n: "constexpr" if n in consts else ptrs.get(n, "fp32" if n in ("qk_scale", "K_SCALE", "V_SCALE") else "i32")
            for n in kernel.arg_names}
     attrs = {(kernel.arg_names.index(n),): [["tt.divisibility", 16]] for n in ALIGNED}
     compiled = triton.compile(GluonASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
@@ -185,12 +195,11 @@ def test_ring_depths_and_steps(stages, block_n, defer_sum):
 
 @needs_gpu
 @pytest.mark.parametrize(
-    "fp8,q_dtype,hq,hkv,page,stages,block_n,tensor_scales,k_direct",
-    [("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, False), ("e5m2", torch.float16, 32, 8, 7, 3, 32, False, False),
-     ("e4m3", torch.float16, 16, 1, 64, 2, 64, True, False), ("e4m3", torch.bfloat16, 28, 4, 1, 4, 16, True, False),
-     ("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, True), ("e5m2", torch.float16, 32, 8, 7, 3, 32, True, True)],
+    "fp8,q_dtype,hq,hkv,page,stages,block_n,tensor_scales",
+    [("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False), ("e5m2", torch.float16, 32, 8, 7, 3, 32, False),
+     ("e4m3", torch.float16, 16, 1, 64, 2, 64, True), ("e4m3", torch.bfloat16, 28, 4, 1, 4, 16, True)],
 )  # fmt: skip
-def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, k_direct):
+def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales):
     """An fp8 cache (k_scale != v_scale, floats or device tensors) on ragged rows with NaN in unused pages and past
     each length, against the float64 reference of the dequantised cache."""
     dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fp8]
@@ -205,8 +214,7 @@ def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, 
         scales = {k: torch.tensor(v, device="cuda") for k, v in scales.items()}
     out = torch.full_like(args[0], float("nan"))
     lse = torch.full(args[0].shape[:-1], float("nan"), dtype=torch.float32, device="cuda")
-    gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, stages=stages, block_n=block_n, k_direct=k_direct,
-                                     **scales)  # fmt: skip
+    gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, stages=stages, block_n=block_n, **scales)
     assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
     empty = c.cache_seqlens == 0

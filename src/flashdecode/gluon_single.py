@@ -46,6 +46,7 @@ except ImportError:  # pragma: no cover - depends on the installed Triton
 
 __all__ = ["decode_single_gluon", "fits", "pays", "supports"]
 
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 # Gluon is experimental and its API moves between releases: the kernel runs only on the Triton versions it was
 # compiled and tested with (the H200 image's and CI's 3.6); on others decode_single keeps the tl kernel
 TESTED_TRITON = ("3.6.",)
@@ -100,6 +101,8 @@ if gluon is not None:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 4], instr_shape=[16, 8])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
         b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        # an fp8 cache's q . K^T: 4 consecutive head-dim elements a register in both operands (K's bytes read as
+        # 32-bit words straight from the 8-bit ring)
         a_op4: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         b_op4: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
         ldq: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
@@ -135,7 +138,7 @@ if gluon is not None:
             else:
                 qk_scale = qk_scale * K_SCALE
         offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
-        if KV_FP8 == 2:
+        if KV_FP8:
             q_a4 = gl.convert_layout(q, a_op4)
         if Q_REGS:
             q_a = gl.convert_layout(q, a_op)
@@ -145,9 +148,9 @@ if gluon is not None:
         k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], ring_l)
         v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], ring_l)
         if KV_FP8:
-            # the step's K and V converted to fp16 in registers and staged here for the MMA's operand loads
-            # (ldmatrix has no transposing 8-bit form for V's token pairs)
-            k16 = gl.allocate_shared_memory(gl.float16, [BLOCK_N, HEAD_DIM], smem)
+            # the step's V converted to fp16 in registers and staged here for the MMA's operand loads: P . V wants
+            # pairs of consecutive tokens, which ldmatrix cannot transpose out of 8-bit rows (the tl kernel's fp8
+            # tile reads them a byte at a time)
             v16 = gl.allocate_shared_memory(gl.float16, [BLOCK_N, HEAD_DIM], smem)
         offs_t = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ld))
         # prologue: steps 0 .. STAGES - 2 in flight (a copy group each, zeros past the end); their page ids masked by
@@ -193,20 +196,15 @@ if gluon is not None:
                 qa = q_a
             else:
                 qa = q_smem.load(a_op)
-            if KV_FP8 == 2:
-                # K^T's operand read straight from the 8-bit ring, 4 consecutive head-dim bytes a load, converted
-                # in registers (the products' k_width 4 in both operands); V staged as fp16
+            if KV_FP8:
+                # V: 16-byte rows of the 8-bit ring -> fp16 -> the staging tile; K^T: its operand read straight
+                # from the ring and converted in registers
                 v16.store(v_ring.index(i % STAGES).load(ld).to(gl.float16))
                 k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op4).to(gl.float16)
                 gl.thread_barrier()
-            elif KV_FP8:
-                k16.store(k_ring.index(i % STAGES).load(ld).to(gl.float16))
-                v16.store(v_ring.index(i % STAGES).load(ld).to(gl.float16))
-                gl.thread_barrier()
-                k_t = k16.permute([1, 0]).load(b_op)
             else:
                 k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op)
-            if KV_FP8 == 2:
+            if KV_FP8:
                 qa = q_a4
             s = mma_v2(qa, k_t, gl.zeros([16, BLOCK_N], gl.float32, mma)) * qk_scale
             s = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
@@ -259,15 +257,19 @@ def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> 
 
 def fits(q, k_cache, v_cache, features=None) -> bool:
     """Whether the kernel computes a call of these tensors, on any device (the CPU tests ask it): one query token
-    ([B, Hq, D] q), no features, a 16-bit cache of q's dtype, head dim 128, at most MAX_GROUP query heads a KV
-    head, 16-byte aligned rows, offsets within 32 bits."""
+    ([B, Hq, D] fp16 / bf16 q), no features but an fp8 cache's scales, a cache of q's dtype or of fp8 (e4m3 / e5m2,
+    K's and V's alike), head dim 128, at most MAX_GROUP query heads a KV head, 16-byte aligned rows, offsets within
+    32 bits."""
     f = features or PLAIN
     plain = f.softcap is None and f.alibi_slopes is None and f.sinks is None and f.window_left is None
-    if not plain or f.q_len != 1 or f.kv_fp8 or q.dim() != 3:
+    fp8 = k_cache.dtype in FP8_DTYPES
+    if not plain or f.q_len != 1 or bool(f.kv_fp8) != fp8 or q.dim() != 3:
         return False
     _, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
-    if q.dtype not in (torch.float16, torch.bfloat16) or k_cache.dtype != q.dtype or v_cache.dtype != q.dtype:
+    if q.dtype not in (torch.float16, torch.bfloat16) or v_cache.dtype != k_cache.dtype:
+        return False
+    if not fp8 and k_cache.dtype != q.dtype:
         return False
     if head_dim != HEAD_DIM or num_q_heads // num_kv_heads > MAX_GROUP:
         return False
@@ -291,7 +293,7 @@ def pays(programs: int, num_sms: int | None, group: int) -> bool:
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, k_direct=False,
+    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -313,24 +315,27 @@ def decode_single_gluon(
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
     # the ring, and an fp8 cache's two fp16 staging tiles
     ring_bytes = 2 * stages * block_n * head_dim * k_cache.element_size()
-    ring_bytes += 2 * block_n * head_dim * 2 if k_cache.element_size() == 1 else 0
+    ring_bytes += block_n * head_dim * 2 if k_cache.element_size() == 1 else 0
     assert ring_bytes <= SMEM_MAX, f"stages {stages} x block_n {block_n}: a {ring_bytes}-byte ring, over {SMEM_MAX}"
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
-    fp8 = (2 if k_direct else 1) if k_cache.element_size() == 1 else 0
+    fp8 = k_cache.element_size() == 1
     scale_ptr = isinstance(k_scale, torch.Tensor)
     assert scale_ptr == isinstance(v_scale, torch.Tensor), "k_scale and v_scale: both floats or both device tensors"
     launch(
         _decode_single_gluon_kernel, (batch, num_kv_heads),
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
-        qk_scale=softmax_scale * LOG2E, K_SCALE=k_scale, V_SCALE=v_scale, num_q_heads=num_q_heads, table_tokens=block_table.shape[1] * page_size,
+        qk_scale=softmax_scale * LOG2E, K_SCALE=k_scale if scale_ptr else float(k_scale),
+        V_SCALE=v_scale if scale_ptr else float(v_scale), num_q_heads=num_q_heads,
+        table_tokens=block_table.shape[1] * page_size,
         stride_qb=q.stride(0), stride_qh=q.stride(1), stride_kp=stride_kp, stride_kt=stride_kt, stride_kh=stride_kh,
         stride_vp=stride_vp, stride_vt=stride_vt, stride_vh=stride_vh, stride_sl=cache_seqlens.stride(0),
         stride_btb=block_table.stride(0), stride_btp=block_table.stride(1), stride_ob=out.stride(0),
         stride_oh=out.stride(1),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
-        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), KV_FP8=fp8, SCALE_PTR=scale_ptr, num_warps=4, **({"launch_pdl": True} if chain else {}),
+        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), KV_FP8=fp8, SCALE_PTR=scale_ptr, num_warps=4,
+        **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse

@@ -271,8 +271,9 @@ def decode_single(
     elif gluon:
         assert gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features), "gluon=True: see supports"
     if gluon:
+        scales = dict(k_scale=features.k_scale, v_scale=features.v_scale) if features.kv_fp8 else {}
         return gluon_single.decode_single_gluon(
-            q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse
+            q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse, **scales
         )  # fmt: skip
     # the single pass of a dual-path call is launched as before (not chained: decode_splitk)
     pdl, chain = use_pdl(q.device), chain_pdl(q.device) and not even_only
