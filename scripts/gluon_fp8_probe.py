@@ -4,7 +4,7 @@ memory for P . V's operand loads; the tl kernels' fp8 tile reads V by one-byte s
 PERF.md asks an fp8 cache to run >= 1.8x faster than bf16 on large rows.
 
 Each row, graph µs (caches rotated, one process): the library's plan on the bf16 cache, the plan on the e4m3 cache
-(the tl fp8 path), the Gluon kernel on the e4m3 cache with ring variants gNxS (N tokens a step, S buffers), and
+(which takes the Gluon kernel where ``gluon_single.pays``), the tl single pass on the e4m3 cache, the Gluon kernel on the e4m3 cache with ring variants gNxS (N tokens a step, S buffers), and
 each fp8 time's speed-up over bf16's plan. Every output is checked against the float64 reference of the dequantised
 cache first.
 
@@ -28,6 +28,8 @@ from flashdecode.bench import (
 )
 from flashdecode.cases import random_paged_case
 from flashdecode.reference import reference_dense
+from flashdecode.triton_common import Features
+from flashdecode.triton_single import decode_single
 
 ROWS = [(64, 4096, 32, 8), (128, 2048, 32, 8), (256, 256, 12, 2), (512, 1024, 12, 2), (128, 1024, 16, 8),
         (64, 1024, 12, 2)]  # fmt: skip
@@ -54,10 +56,13 @@ def main():
         out = torch.empty_like(c16.q)
         scale = 128**-0.5
         scales = dict(k_scale=FP8_K_SCALE, v_scale=FP8_V_SCALE)
+        fp8 = Features(kv_fp8=True, **scales)
         variants = {
             "bf16 plan": (copies16, ref16, lambda c: decode_attention(*c.args, out=out, plan=plan16)),
             "e4m3 plan": (copies8, ref8, lambda c: decode_attention(*c.args, out=out, plan=plan8, **scales)),
-        }
+            "e4m3 tl": (copies8, ref8, lambda c: decode_single(*c.args, scale, out, features=fp8, num_sms=sms,
+                                                              gluon=False)),
+        }  # fmt: skip
         for v in args.variants.split(","):
             n, s = map(int, v[1:].split("x"))
             variants[v] = (copies8, ref8, lambda c, n=n, s=s: gluon_single.decode_single_gluon(
