@@ -30,6 +30,9 @@ MUTATIONS = [
      "(m_i + gl.log2(gl.where(empty, 1.0, l_i))))", "the LSE is off by a factor"),
     ("page id of the next step skipped", "tok = tok + BLOCK_N\n", "tok = tok + 2 * BLOCK_N\n",
      "every step past the prologue reads the wrong pages"),
+    ("fp8: k_scale dropped", "qk_scale = qk_scale * K_SCALE", "qk_scale = qk_scale",
+     "an fp8 cache's scores miss their scale"),
+    ("fp8: v_scale dropped", "out = out * V_SCALE", "out = out", "an fp8 cache's output misses its scale"),
 ]
 
 
