@@ -33,6 +33,12 @@ def test_pays_on_the_measured_grids_only():
     assert not gluon_single.pays(int(gluon_single.GLUON_MAX_PER_SM * sms) + 1, sms, 6)
     assert not gluon_single.pays(4 * sms, None, 6)  # SM count unknown
     assert gluon_single.pays(4 * sms, sms, 2) and not gluon_single.pays(4 * sms, sms, 1)  # MHA: the tl kernel
+    # an fp8 cache: its own range (3 and 15 programs a SM pay, 2 does not), groups of 2+ alike
+    assert gluon_single.pays(3 * sms, sms, 6, kv_fp8=True) and not gluon_single.pays(3 * sms, sms, 6)
+    assert gluon_single.pays(15 * sms, sms, 6, kv_fp8=True) and not gluon_single.pays(15 * sms, sms, 6)
+    assert not gluon_single.pays(2 * sms, sms, 6, kv_fp8=True)
+    assert not gluon_single.pays(int(gluon_single.GLUON_FP8_MAX_PER_SM * sms) + 1, sms, 6, kv_fp8=True)
+    assert not gluon_single.pays(4 * sms, sms, 1, kv_fp8=True)
 
 
 def test_supports_needs_a_gpu(monkeypatch):
@@ -219,6 +225,27 @@ def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales):
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
     empty = c.cache_seqlens == 0
     assert (out[empty] == 0).all() and (lse[empty] == float("-inf")).all()
+
+
+@needs_gpu
+def test_plan_takes_it_for_an_fp8_cache(monkeypatch):
+    """A planned even batch of 3 programs a SM on an e4m3 cache goes through the Gluon kernel (counted) with the
+    call's scales, and matches the float64 reference of the dequantised cache."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    c = case([80] * (3 * sms // 2), 12, 2, 128, 16, torch.float32, "cuda", seed=12)
+    args = (c.q.bfloat16(), (c.k_cache / 0.05).to(torch.float8_e4m3fn), (c.v_cache / 0.3).to(torch.float8_e4m3fn),
+            c.cache_seqlens, c.block_table)  # fmt: skip
+    calls = []
+    real = gluon_single.decode_single_gluon
+    monkeypatch.setattr(gluon_single, "decode_single_gluon", lambda *a, **k: calls.append(k) or real(*a, **k))
+    from flashdecode import launcher
+
+    launcher.clear()
+    plan = plan_decode(args[0], args[1], args[3], args[4])
+    out = decode_attention(*args, plan=plan, k_scale=0.05, v_scale=0.3)
+    assert calls and calls[0]["k_scale"] == 0.05 and calls[0]["v_scale"] == 0.3, (plan, calls)
+    ref_out, _ = reference_dense(*args, k_scale=0.05, v_scale=0.3)
+    assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
 
 
 @needs_gpu

@@ -71,6 +71,14 @@ STAGES = 2
 GLUON_MIN_PER_SM = 3.5
 GLUON_MAX_PER_SM = 12.0
 GLUON_MIN_GROUP = 2
+# an fp8 cache: from GLUON_FP8_MIN_PER_SM to GLUON_FP8_MAX_PER_SM programs a SM (groups of GLUON_MIN_GROUP+). H200,
+# e4m3, graph µs, tl single pass -> Gluon (h200-2026-11-30/gluon-fp8-e3577b2, one process): 2.91 a SM 192 x 1024
+# 12/2 43.82 -> 34.43; 3.88 256 x 256 12/2 18.08 -> 12.94, 64 x 4096 32/8 156.92 -> 155.71; 7.76 512 x 1024 12/2
+# 89.09 -> 81.07, 128 x 2048 32/8 162.07 -> 155.93; 15.52 1024 x 256 12/2 59.21 -> 48.94. It loses at 1.94 (128 x
+# 1024 12/2 25.05 -> 28.51); at one wave both lose to the plan's splits; one query head a KV head was measured once
+# (5.82 a SM, 64 x 1024 12/12 80.11 -> 77.31) and is left to the tl kernel
+GLUON_FP8_MIN_PER_SM = 2.5
+GLUON_FP8_MAX_PER_SM = 16.0
 # the ring's K and V buffers may take this much of sm_90's 227 KB a program: 4 KB stay for the reductions' scratch (2 KB
 # in the 128-token, 3-buffer compile) and, with Q_REGS off, q's tile
 SMEM_MAX = 227 * 1024 - 4096
@@ -283,12 +291,13 @@ def fits(q, k_cache, v_cache, features=None) -> bool:
     return k_cache.data_ptr() % 16 == 0 and v_cache.data_ptr() % 16 == 0
 
 
-def pays(programs: int, num_sms: int | None, group: int) -> bool:
-    """Whether a grid of this many programs, of this many query heads a KV head, is one where the Gluon kernel was
-    measured faster (``GLUON_MIN_PER_SM``)."""
-    if not GLUON_MIN_PER_SM or not num_sms or group < GLUON_MIN_GROUP:
+def pays(programs: int, num_sms: int | None, group: int, kv_fp8: bool = False) -> bool:
+    """Whether a grid of this many programs, of this many query heads a KV head, on a 16-bit or an fp8 cache, is one
+    where the Gluon kernel was measured faster (``GLUON_MIN_PER_SM``, ``GLUON_FP8_MIN_PER_SM``)."""
+    low, high = (GLUON_FP8_MIN_PER_SM, GLUON_FP8_MAX_PER_SM) if kv_fp8 else (GLUON_MIN_PER_SM, GLUON_MAX_PER_SM)
+    if not low or not num_sms or group < GLUON_MIN_GROUP:
         return False
-    return GLUON_MIN_PER_SM * num_sms <= programs <= GLUON_MAX_PER_SM * num_sms
+    return low * num_sms <= programs <= high * num_sms
 
 
 def decode_single_gluon(

@@ -266,7 +266,7 @@ def decode_single(
     ordered = ordered and programs > (num_sms or 0)
     if gluon is None:
         # supports refuses token-major V too (its head dim is not contiguous)
-        gluon = not (config or even_only or ordered) and gluon_single.pays(programs, num_sms, group)
+        gluon = not (config or even_only or ordered) and gluon_single.pays(programs, num_sms, group, features.kv_fp8)
         gluon = gluon and gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features)
     elif gluon:
         assert gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features), "gluon=True: see supports"
