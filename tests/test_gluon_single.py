@@ -46,6 +46,9 @@ def test_supports_needs_a_gpu(monkeypatch):
     assert gluon_single.fits(c.q, c.k_cache, c.v_cache)
     # CPU tensors (and the interpreter): never
     assert not gluon_single.supports(*c.args)
+    # an fp8 cache needs sm_90 (where it was tested), a 16-bit one sm_80
+    assert gluon_single.min_capability(c.k_cache.to(torch.float8_e4m3fn)) == 9
+    assert gluon_single.min_capability(c.k_cache) == 8
     if GPU:
         g = case([40, 7], 12, 2, 128, 16, torch.bfloat16, "cuda")
         assert gluon_single.supports(*g.args)

@@ -11,12 +11,17 @@ differences that its ``tl`` form cannot express in Triton 3.6:
   the loop waits on itself (STAGES - 1 steps in flight), with the page ids loaded a step ahead; a copy past the
   sequence's end writes zeros (a source size of 0), so no page past a length is read.
 
+An fp8 cache (e4m3 / e5m2) runs its products in fp16, as the tl kernel's (q saturated at +-65504, k_scale in the
+score scale, v_scale on the output). K^T's operand is read straight from the 8-bit ring (4 consecutive head-dim
+bytes a 32-bit load) and converted in registers; V, whose operand wants pairs of consecutive tokens that ldmatrix
+cannot transpose out of 8-bit rows, is read in 16-byte rows, converted and staged as fp16 for its operand loads.
+
 Bytes per call: 2 * sum(lengths) * Hkv * D * itemsize (K and V once) + q + out (+ the LSE). Grid: (B, Hkv), 4 warps,
-32-token steps. What it takes (``supports``): one query token, a 16-bit cache of q's dtype in the NHD page layout,
-head dim 128, groups of 1 to 16 query heads a KV head, no softcap, ALiBi, sinks, window or scales, offsets that fit
-32 bits, pools 16-byte aligned with strides of multiples of 16 elements; on an sm_80+ GPU, compiled (Gluon kernels do not run under
-TRITON_INTERPRET, so the CPU tests compile it for sm_90 and the H200 suite runs it). Where ``decode_single`` takes
-it (``pays``): docs/design.md, "A Gluon single pass in the library".
+32-token steps. What it takes (``supports``): one query token, a cache of q's dtype (fp16 / bf16) or of fp8 in the
+NHD page layout, head dim 128, groups of 1 to 16 query heads a KV head, no softcap, ALiBi, sinks or window, offsets
+that fit 32 bits, pools 16-byte aligned with strides of multiples of 16 elements; on an sm_80+ GPU (sm_90+ for fp8),
+compiled (Gluon kernels do not run under TRITON_INTERPRET, so the CPU tests compile it for sm_90 and the H200 suite
+runs it). Where ``decode_single`` takes it (``pays``): docs/design.md, "A Gluon single pass in the library".
 """
 
 from __future__ import annotations
@@ -256,11 +261,17 @@ if gluon is not None:
 
 
 def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> bool:
-    """Whether the Gluon kernel computes this call: on an sm_80+ GPU, compiled by a tested Triton (TESTED_TRITON),
-    and ``fits``. Host metadata only."""
+    """Whether the Gluon kernel computes this call: on a GPU of ``min_capability`` or newer, compiled by a tested
+    Triton (TESTED_TRITON), and ``fits``. Host metadata only."""
     if gluon is None or not triton.__version__.startswith(TESTED_TRITON) or q.device.type != "cuda" or interpreting():
         return False
-    return _capability_major(q.device.index) >= 8 and fits(q, k_cache, v_cache, features)
+    return _capability_major(q.device.index) >= min_capability(k_cache) and fits(q, k_cache, v_cache, features)
+
+
+def min_capability(k_cache) -> int:
+    """The compute capability (major) the kernel needs for this cache: 8 (mma.sync, cp.async), 9 for fp8, whose
+    conversions were compiled and tested on sm_90 only."""
+    return 9 if k_cache.dtype in FP8_DTYPES else 8
 
 
 def fits(q, k_cache, v_cache, features=None) -> bool:
@@ -307,7 +318,8 @@ def decode_single_gluon(
     """Launch the Gluon single pass (``supports`` must hold).
 
     Args:
-        q: [B, Hq, 128] fp16/bf16. k_cache, v_cache: [num_pages, page_size, Hkv, 128] of q's dtype.
+        q: [B, Hq, 128] fp16/bf16. k_cache, v_cache: [num_pages, page_size, Hkv, 128] of q's dtype, or both of
+            one fp8 dtype (e4m3 / e5m2).
         cache_seqlens: [B] int32. block_table: [B, max_pages] int32. softmax_scale: float.
         out: [B, Hq, 128], written in place. lse: None or contiguous fp32 [B, Hq] (natural log).
         stages: ring buffers (2 or more). block_n: tokens a step (a power of two, 16 or more).
@@ -315,6 +327,8 @@ def decode_single_gluon(
         defer_sum: the row sums reduced across the warps once after the walk (False: every step). H200, graph µs,
             every step -> once (h200-2026-11-30/gluon-gate-73b4c45, one process): 256 x 256 12/2 19.11 -> 18.84,
             512 x 256 12/2 36.28 -> 35.87, 64 x 4096 32/8 243.24 -> 242.82, 128 x 1024 12/2 37.20 -> 36.74.
+        k_scale, v_scale: an fp8 cache's dequantisation scales (k = k_scale * k_fp8), Python floats or 0-d /
+            1-element fp32 device tensors (both of one kind); unused for a 16-bit cache.
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
