@@ -152,6 +152,7 @@ if gluon is not None:
                 qk_scale = qk_scale * K_SCALE
         offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, ld))
         if KV_FP8:
+            # an fp8 cache's products take q in this form (q_regs does not apply)
             q_a4 = gl.convert_layout(q, a_op4)
         if Q_REGS:
             q_a = gl.convert_layout(q, a_op)
@@ -323,7 +324,7 @@ def decode_single_gluon(
         cache_seqlens: [B] int32. block_table: [B, max_pages] int32. softmax_scale: float.
         out: [B, Hq, 128], written in place. lse: None or contiguous fp32 [B, Hq] (natural log).
         stages: ring buffers (2 or more). block_n: tokens a step (a power of two, 16 or more).
-        q_regs: False reads q from shared memory every step, as the tl kernel does (for measurements).
+        q_regs: False reads q from shared memory every step, as the tl kernel does (for measurements; a 16-bit cache).
         defer_sum: the row sums reduced across the warps once after the walk (False: every step). H200, graph µs,
             every step -> once (h200-2026-11-30/gluon-gate-73b4c45, one process): 256 x 256 12/2 19.11 -> 18.84,
             512 x 256 12/2 36.28 -> 35.87, 64 x 4096 32/8 243.24 -> 242.82, 128 x 1024 12/2 37.20 -> 36.74.
@@ -336,7 +337,7 @@ def decode_single_gluon(
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
-    # the ring, and an fp8 cache's two fp16 staging tiles
+    # the ring, and an fp8 cache's fp16 staging tile for V
     ring_bytes = 2 * stages * block_n * head_dim * k_cache.element_size()
     ring_bytes += block_n * head_dim * 2 if k_cache.element_size() == 1 else 0
     assert ring_bytes <= SMEM_MAX, f"stages {stages} x block_n {block_n}: a {ring_bytes}-byte ring, over {SMEM_MAX}"
