@@ -13,12 +13,11 @@ same-process pairs compare), after a check against the float64 reference.
 """
 
 import argparse
-import itertools
 
 import torch
 
 from flashdecode import gluon_single, plan_decode
-from flashdecode.bench import ProbeLog, probe_case, probe_graph_us
+from flashdecode.bench import ProbeLog, probe_case, probe_variants
 from flashdecode.triton_single import decode_single
 
 ROWS = [(b, ln, 12, 2) for b in (64, 128, 192, 256, 384, 512, 768, 1024) for ln in (256, 1024)]
@@ -50,16 +49,7 @@ def main():
                 n, s = map(int, v[1:].rstrip("d").split("x"))
                 variants[v] = lambda c, n=n, s=s, d=v.endswith("d"): gluon_single.decode_single_gluon(
                     *c.args, scale, out, stages=s, block_n=n, defer_sum=d)
-        errs = {}
-        for key, fn in variants.items():
-            out.fill_(float("nan"))
-            fn(case)
-            errs[key] = (out.double() - ref).abs().max().item()
-        times = {key: [] for key in variants}
-        for _ in range(2):
-            for key, fn in variants.items():
-                it = itertools.cycle(copies)
-                times[key].append(probe_graph_us(lambda fn=fn: fn(next(it))) if errs[key] < 2e-2 else float("nan"))
+        errs, times = probe_variants(variants, case, ref, copies, out)
         name = f"{batch}x{length} {hq}/{hkv}"
         per_sm = batch * hkv / sms
         log.row(

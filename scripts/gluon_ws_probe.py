@@ -11,7 +11,6 @@ partition merges the four and writes the output. Checked against float64 before 
 """
 
 import argparse
-import itertools
 
 import torch
 from triton.experimental import gluon
@@ -20,7 +19,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from flashdecode import decode_attention, gluon_single, plan_decode
-from flashdecode.bench import ProbeLog, probe_case, probe_graph_us
+from flashdecode.bench import ProbeLog, probe_case, probe_variants
 from flashdecode.gluon_single import _issue
 from flashdecode.triton_common import LN2, LOG2E
 from flashdecode.triton_single import decode_single
@@ -218,16 +217,7 @@ def main():
         for v in args.variants.split(","):
             n, s = map(int, v[2:].split("x"))
             variants[v] = lambda c, n=n, s=s: decode_ws(*c.args, scale, out, lse, stages=s, block_n=n)
-        errs = {}
-        for key, fn in variants.items():
-            out.fill_(float("nan"))
-            fn(case)
-            errs[key] = (out.double() - ref).abs().max().item()
-        times = {key: [] for key in variants}
-        for _ in range(2):
-            for key, fn in variants.items():
-                it = itertools.cycle(copies)
-                times[key].append(probe_graph_us(lambda fn=fn: fn(next(it))) if errs[key] < 2e-2 else float("nan"))
+        errs, times = probe_variants(variants, case, ref, copies, out)
         name = f"{batch}x{length} {hq}/{hkv}"
         log.row(
             dict(row=name, programs_per_sm=batch * hkv / sms, errs=errs, us=times),

@@ -120,6 +120,24 @@ def test_probe_log_writes_json_lines_as_it_goes_and_the_table_again_last(tmp_pat
     assert capsys.readouterr().out == "row      us\na       2.0\n\nrow      us\na       2.0\n"
 
 
+def test_probe_variants_checks_every_variant_and_times_only_the_right_ones(monkeypatch):
+    """probe_variants: each variant's error against the reference, from a NaN-filled output; a wrong one is not timed
+    (NaN), the right ones once a round, alternating."""
+    import torch
+
+    from flashdecode import bench
+
+    timed = []
+    monkeypatch.setattr(bench, "probe_graph_us", lambda fn: timed.append(fn()) or 1.5)
+    ref = torch.arange(6, dtype=torch.float64).reshape(2, 3)
+    out = torch.empty(2, 3)
+    variants = {"right": lambda c: out.copy_(c), "wrong": lambda c: out.copy_(c + 1), "partial": lambda c: out[0].copy_(c[0])}
+    errs, times = bench.probe_variants(variants, ref.float(), ref, [ref.float()], out, rounds=2)
+    assert errs["right"] == 0 and errs["wrong"] == 1 and errs["partial"] != errs["partial"]  # NaN left in row 1
+    assert times["right"] == [1.5, 1.5]
+    assert all(t != t for t in times["wrong"] + times["partial"]) and len(timed) == 2
+
+
 def test_anchor_preset_is_perf_md_grid():
     rows = PRESETS["anchor"]()
     assert len(rows) == 22

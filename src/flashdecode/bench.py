@@ -406,6 +406,27 @@ def probe_graph_us(fn) -> float:
     return do_bench_cudagraph(fn, rep=30, return_mode="median") * 1e3
 
 
+def probe_variants(variants: dict, case, ref, copies, out, tol: float = 2e-2, rounds: int = 2):
+    """The GPU probe scripts' comparison of kernels on one row: each variant ``fn(case)`` (writing ``out``) run once
+    into a NaN-filled ``out`` and its max error against ``ref`` kept; then ``rounds`` rounds in which each variant
+    in turn is timed over the rotated ``copies`` (only same-process pairs compare: the H200's host runs a process at
+    one of two paces). A variant whose error is ``tol`` or more is not timed (NaN). Returns (errs, times: {name: [µs
+    a round]})."""
+    import itertools
+
+    errs = {}
+    for key, fn in variants.items():
+        out.fill_(float("nan"))
+        fn(case)
+        errs[key] = (out.double() - ref).abs().max().item()
+    times = {key: [] for key in variants}
+    for _ in range(rounds):
+        for key, fn in variants.items():
+            it = itertools.cycle(copies)
+            times[key].append(probe_graph_us(lambda fn=fn, it=it: fn(next(it))) if errs[key] < tol else float("nan"))
+    return errs, times
+
+
 class ProbeLog:
     """The GPU probe scripts' output: one JSON line per row in $OUT/<name>.jsonl as it runs, its table line printed
     then, and every table line again at the end (``close``), where the device tool's output tail shows them."""
