@@ -65,6 +65,26 @@ def _pool_at(k_cache, offset_elements):
     return pool
 
 
+def test_decode_single_gives_an_fp8_cache_its_gate_and_scales(monkeypatch):
+    """decode_single's wiring, on the CPU with the kernel stubbed: at 3 programs a SM (inside the fp8 gate, below the
+    16-bit one) an fp8 call goes to the Gluon kernel with its scales, a bf16 call does not."""
+    from flashdecode.triton_common import Features
+
+    sms = 4
+    c = case([40] * 6, 12, 2, 128, 16, torch.bfloat16, "cpu")  # 6 sequences x 2 KV heads = 3 programs a SM
+    calls = []
+    monkeypatch.setattr(gluon_single, "supports", lambda *a, **k: True)
+    monkeypatch.setattr(gluon_single, "decode_single_gluon", lambda *a, **k: calls.append(k) or (a[6], a[7]))
+    k8, v8 = c.k_cache.to(torch.float8_e4m3fn), c.v_cache.to(torch.float8_e4m3fn)
+    out = torch.empty_like(c.q)
+    fp8 = Features(kv_fp8=True, k_scale=0.5, v_scale=2.0)
+    decode_single(c.q, k8, v8, c.cache_seqlens, c.block_table, 0.1, out, features=fp8, num_sms=sms)
+    assert calls == [dict(k_scale=0.5, v_scale=2.0)]
+    calls.clear()
+    decode_single(*c.args, 0.1, out, num_sms=sms)  # the tl kernel (under the interpreter here)
+    assert not calls
+
+
 def test_fits_refuses_what_it_does_not_compute():
     """Every call the kernel does not compute is refused (decode_single then runs the tl kernel)."""
     from flashdecode.cases import token_major_v
