@@ -41,6 +41,41 @@ def test_pays_on_the_measured_grids_only():
     assert not gluon_single.pays(4 * sms, sms, 1, kv_fp8=True)
 
 
+def test_switches_turn_it_off(monkeypatch):
+    """GLUON_MIN_PER_SM = 0 turns the kernel off for every cache, GLUON_FP8_MIN_PER_SM = 0 for fp8 caches only, and
+    FP8_DOT_F16 = False (fp8 products in q's dtype, which this kernel does not compute) leaves fp8 to the tl kernel."""
+    from flashdecode import triton_common
+    from flashdecode.triton_common import Features
+
+    sms = 132
+    monkeypatch.setattr(gluon_single, "GLUON_FP8_MIN_PER_SM", 0)
+    assert not gluon_single.pays(4 * sms, sms, 6, kv_fp8=True) and gluon_single.pays(4 * sms, sms, 6)
+    monkeypatch.setattr(gluon_single, "GLUON_FP8_MIN_PER_SM", 2.5)
+    monkeypatch.setattr(gluon_single, "GLUON_MIN_PER_SM", 0)
+    assert not gluon_single.pays(4 * sms, sms, 6, kv_fp8=True) and not gluon_single.pays(4 * sms, sms, 6)
+    c = case([40], 12, 2, 128, 16, torch.bfloat16, "cpu")
+    fp8 = c.k_cache.to(torch.float8_e4m3fn)
+    assert gluon_single.fits(c.q, fp8, fp8, Features(kv_fp8=True))
+    monkeypatch.setattr(triton_common, "FP8_DOT_F16", False)
+    assert not gluon_single.fits(c.q, fp8, fp8, Features(kv_fp8=True)) and gluon_single.fits(*c.args[:3])
+
+
+def test_direct_calls_check_their_scales():
+    """decode_single_gluon refuses scale tensors it would misread (before any launch): not fp32, not one element, or
+    on another device than q; and K / V of two dtypes."""
+    c = case([40], 12, 2, 128, 16, torch.bfloat16, "cpu")
+    fp8 = c.k_cache.to(torch.float8_e4m3fn)
+    args = (c.q, fp8, fp8, c.cache_seqlens, c.block_table, 0.1, torch.empty_like(c.q))
+    one = torch.tensor(0.5)
+    for bad in (torch.tensor(0.5, dtype=torch.float64), torch.ones(2), torch.tensor(0.5, device="meta")):
+        with pytest.raises(AssertionError, match="k_scale"):
+            gluon_single.decode_single_gluon(*args, k_scale=bad, v_scale=one)
+    with pytest.raises(AssertionError, match="both floats or both"):
+        gluon_single.decode_single_gluon(*args, k_scale=one, v_scale=0.5)
+    with pytest.raises(AssertionError, match="one dtype"):
+        gluon_single.decode_single_gluon(c.q, fp8, c.k_cache.to(torch.float8_e5m2), *args[3:])
+
+
 def test_supports_needs_a_gpu(monkeypatch):
     c = case([40, 7], 12, 2, 128, 16, torch.bfloat16, "cpu")
     assert gluon_single.fits(c.q, c.k_cache, c.v_cache)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import torch
 
+from . import triton_common
 from .launcher import launch
 from .triton_common import (
     LN2,
@@ -72,7 +73,7 @@ STAGES = 2
 # It loses at 1.94 a SM and fewer (128 x 1024 12/2 36.20 -> 37.28, one wave 64 x 1024 12/2 20.04 -> 27.41; deeper rings
 # and longer steps do not recover it, gluon-gate-e76ff69), is mixed at 2.91 (192 x 256 12/2 0.986x, 192 x 1024 1.020x)
 # and at 15.5 (1024 x 1024 12/2 0.990x here, 256 x 2048 32/8 1.006x in gluon-26bab2b), and with one query head a KV
-# head at 5.8 a SM (64 x 1024 12/12 93.5 -> 100.1 µs in the anchor grid, warm-6558f8c). 0: never
+# head at 5.8 a SM (64 x 1024 12/12 93.5 -> 100.1 µs in the anchor grid, warm-6558f8c). 0: never (fp8 caches too)
 GLUON_MIN_PER_SM = 3.5
 GLUON_MAX_PER_SM = 12.0
 GLUON_MIN_GROUP = 2
@@ -81,7 +82,7 @@ GLUON_MIN_GROUP = 2
 # 12/2 43.82 -> 34.43; 3.88 256 x 256 12/2 18.08 -> 12.94, 64 x 4096 32/8 156.92 -> 155.71; 7.76 512 x 1024 12/2
 # 89.09 -> 81.07, 128 x 2048 32/8 162.07 -> 155.93; 15.52 1024 x 256 12/2 59.21 -> 48.94. It loses at 1.94 (128 x
 # 1024 12/2 25.05 -> 28.51); at one wave both lose to the plan's splits; one query head a KV head was measured once
-# (5.82 a SM, 64 x 1024 12/12 80.11 -> 77.31) and is left to the tl kernel
+# (5.82 a SM, 64 x 1024 12/12 80.11 -> 77.31) and is left to the tl kernel. 0: never for fp8
 GLUON_FP8_MIN_PER_SM = 2.5
 GLUON_FP8_MAX_PER_SM = 16.0
 # the ring's K and V buffers may take this much of sm_90's 227 KB a program: 4 KB stay for the reductions' scratch (2 KB
@@ -270,8 +271,8 @@ def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> 
 
 
 def min_capability(k_cache) -> int:
-    """The compute capability (major) the kernel needs for this cache: 8 (mma.sync, cp.async), 9 for fp8, whose
-    conversions were compiled and tested on sm_90 only."""
+    """The compute capability (major) the kernel needs for this cache: 8 (mma.sync, cp.async), 9 for fp8 (its
+    conversions were compiled and tested on sm_90; newer GPUs are admitted as for 16-bit caches, untested)."""
     return 9 if k_cache.dtype in FP8_DTYPES else 8
 
 
@@ -284,6 +285,9 @@ def fits(q, k_cache, v_cache, features=None) -> bool:
     plain = f.softcap is None and f.alibi_slopes is None and f.sinks is None and f.window_left is None
     fp8 = k_cache.dtype in FP8_DTYPES
     if not plain or f.q_len != 1 or bool(f.kv_fp8) != fp8 or q.dim() != 3:
+        return False
+    # its fp8 products run in fp16 only: triton_common.FP8_DOT_F16 = False (products in q's dtype) keeps the tl kernel
+    if fp8 and not triton_common.FP8_DOT_F16:
         return False
     _, num_q_heads, head_dim = q.shape
     num_kv_heads = k_cache.shape[2]
@@ -307,7 +311,7 @@ def pays(programs: int, num_sms: int | None, group: int, kv_fp8: bool = False) -
     """Whether a grid of this many programs, of this many query heads a KV head, on a 16-bit or an fp8 cache, is one
     where the Gluon kernel was measured faster (``GLUON_MIN_PER_SM``, ``GLUON_FP8_MIN_PER_SM``)."""
     low, high = (GLUON_FP8_MIN_PER_SM, GLUON_FP8_MAX_PER_SM) if kv_fp8 else (GLUON_MIN_PER_SM, GLUON_MAX_PER_SM)
-    if not low or not num_sms or group < GLUON_MIN_GROUP:
+    if not GLUON_MIN_PER_SM or not low or not num_sms or group < GLUON_MIN_GROUP:
         return False
     return low * num_sms <= programs <= high * num_sms
 
@@ -344,9 +348,13 @@ def decode_single_gluon(
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
-    fp8 = k_cache.element_size() == 1
+    fp8 = k_cache.dtype in FP8_DTYPES
+    assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"
     scale_ptr = isinstance(k_scale, torch.Tensor)
     assert scale_ptr == isinstance(v_scale, torch.Tensor), "k_scale and v_scale: both floats or both device tensors"
+    for name, t in (("k_scale", k_scale), ("v_scale", v_scale)) if scale_ptr else ():
+        ok = t.dtype == torch.float32 and t.numel() == 1 and t.device == q.device
+        assert ok, f"{name}: a 1-element fp32 tensor on {q.device}, not {t.dtype} {tuple(t.shape)} on {t.device}"
     launch(
         _decode_single_gluon_kernel, (batch, num_kv_heads),
         q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
