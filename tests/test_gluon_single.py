@@ -116,8 +116,12 @@ def test_decode_single_gives_an_fp8_cache_its_gate_and_scales(monkeypatch):
     decode_single(c.q, k8, v8, c.cache_seqlens, c.block_table, 0.1, out, features=fp8, num_sms=sms)
     assert calls == [dict(k_scale=0.5, v_scale=2.0)]
     calls.clear()
-    decode_single(*c.args, 0.1, out, num_sms=sms)  # the tl kernel (under the interpreter here)
-    assert not calls
+    from flashdecode import triton_single
+
+    tl_calls = []
+    monkeypatch.setattr(triton_single, "launch", lambda kernel, *a, **k: tl_calls.append(kernel))
+    decode_single(*c.args, 0.1, out, num_sms=sms)
+    assert not calls and tl_calls == [triton_single._decode_single_kernel]
 
 
 def test_fits_refuses_what_it_does_not_compute():
