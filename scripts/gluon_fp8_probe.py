@@ -4,11 +4,12 @@ memory for P . V's operand loads; the tl kernels' fp8 tile reads V by one-byte s
 PERF.md asks an fp8 cache to run >= 1.8x faster than bf16 on large rows.
 
 Each row, graph µs (caches rotated, one process): the library's plan on the bf16 cache, the plan on the e4m3 cache
-(which takes the Gluon kernel where ``gluon_single.pays``), the tl single pass on the e4m3 cache, the Gluon kernel on the e4m3 cache with ring variants gNxS (N tokens a step, S buffers), and
-each fp8 time's speed-up over bf16's plan. Every output is checked against the float64 reference of the dequantised
-cache first.
+(which takes the Gluon kernel where ``gluon_single.pays``), the tl single pass on the e4m3 cache, the Gluon kernel
+on the e4m3 cache with ring variants gNxS[p] (N tokens a step, S buffers; p: V's operand by the in-register
+transpose, ``v_perm``), and each fp8 time's speed-up over bf16's plan. Every output is checked against the float64
+reference of the dequantised cache first.
 
-    python scripts/gluon_fp8_probe.py [--rows B,L,Hq,Hkv;...] [--variants g32x2,g32x3,g64x2]   # on the GPU
+    python scripts/gluon_fp8_probe.py [--rows B,L,Hq,Hkv;...] [--variants g32x2,g32x2p]   # on the GPU
 """
 
 import argparse
@@ -64,9 +65,9 @@ def main():
                                                               gluon=False)),
         }  # fmt: skip
         for v in args.variants.split(","):
-            n, s = map(int, v[1:].split("x"))
-            variants[v] = (copies8, ref8, lambda c, n=n, s=s: gluon_single.decode_single_gluon(
-                *c.args, scale, out, stages=s, block_n=n, **scales))  # fmt: skip
+            n, s = map(int, v[1:].rstrip("p").split("x"))
+            variants[v] = (copies8, ref8, lambda c, n=n, s=s, vp=v.endswith("p"): gluon_single.decode_single_gluon(
+                *c.args, scale, out, stages=s, block_n=n, v_perm=vp, **scales))  # fmt: skip
         errs, times = {}, {key: [] for key in variants}
         for key, (copies, ref, fn) in variants.items():
             out.fill_(float("nan"))

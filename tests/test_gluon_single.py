@@ -72,6 +72,8 @@ def test_direct_calls_check_their_scales():
             gluon_single.decode_single_gluon(*args, k_scale=bad, v_scale=one)
     with pytest.raises(AssertionError, match="both floats or both"):
         gluon_single.decode_single_gluon(*args, k_scale=one, v_scale=0.5)
+    with pytest.raises(AssertionError, match="v_perm"):
+        gluon_single.decode_single_gluon(*args, block_n=64, v_perm=True)
     with pytest.raises(AssertionError, match="one dtype"):
         gluon_single.decode_single_gluon(c.q, fp8, c.k_cache.to(torch.float8_e5m2), *args[3:])
 
@@ -179,7 +181,8 @@ ALIGNED = set(POINTERS) | {"stride_qb", "stride_qh", "stride_kp", "stride_kt", "
 cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 for extra in (dict(), dict(USE_PDL=False, WRITE_LSE=False), dict(SAME_STRIDES=False, GROUP=16, PAGE_SIZE=1),
               dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False),
-              dict(DEFER_SUM=False), dict(KV_FP8=True), dict(KV_FP8=True, SCALE_PTR=True, GROUP=16, STAGES=3)):
+              dict(DEFER_SUM=False), dict(KV_FP8=True), dict(KV_FP8=True, SCALE_PTR=True, GROUP=16, STAGES=3),
+              dict(KV_FP8=True, V_PERM=True)):
     # constexprs left out take their defaults
     defaults = {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
     consts = {**defaults, **dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, BLOCK_N=32, STAGES=2, SAME_STRIDES=True,
@@ -263,11 +266,12 @@ def test_ring_depths_and_steps(stages, block_n, defer_sum):
 
 @needs_gpu
 @pytest.mark.parametrize(
-    "fp8,q_dtype,hq,hkv,page,stages,block_n,tensor_scales",
-    [("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False), ("e5m2", torch.float16, 32, 8, 7, 3, 32, False),
-     ("e4m3", torch.float16, 16, 1, 64, 2, 64, True), ("e4m3", torch.bfloat16, 28, 4, 1, 4, 16, True)],
+    "fp8,q_dtype,hq,hkv,page,stages,block_n,tensor_scales,v_perm",
+    [("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, False), ("e5m2", torch.float16, 32, 8, 7, 3, 32, False, False),
+     ("e4m3", torch.float16, 16, 1, 64, 2, 64, True, False), ("e4m3", torch.bfloat16, 28, 4, 1, 4, 16, True, False),
+     ("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, True), ("e5m2", torch.float16, 32, 8, 7, 3, 32, True, True)],
 )  # fmt: skip
-def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales):
+def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, v_perm):
     """An fp8 cache (k_scale != v_scale, floats or device tensors) on ragged rows with NaN in unused pages and past
     each length, against the float64 reference of the dequantised cache."""
     dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fp8]
@@ -282,7 +286,8 @@ def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales):
         scales = {k: torch.tensor(v, device="cuda") for k, v in scales.items()}
     out = torch.full_like(args[0], float("nan"))
     lse = torch.full(args[0].shape[:-1], float("nan"), dtype=torch.float32, device="cuda")
-    gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, stages=stages, block_n=block_n, **scales)
+    gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, stages=stages, block_n=block_n, v_perm=v_perm,
+                                     **scales)  # fmt: skip
     assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
     empty = c.cache_seqlens == 0

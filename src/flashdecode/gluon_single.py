@@ -107,7 +107,7 @@ if gluon is not None:
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
         Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True, KV_FP8: gl.constexpr = False,
-        SCALE_PTR: gl.constexpr = False,
+        SCALE_PTR: gl.constexpr = False, V_PERM: gl.constexpr = False,
     ):  # fmt: skip
         # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
         # B operands, q's [16, D] rows and the 16-bit tiles' (8 elements = 16 bytes a thread), the gather's [BLOCK_N, D]
@@ -120,6 +120,15 @@ if gluon is not None:
         a_op4: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         b_op4: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
         ldq: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+        # V_PERM (an fp8 cache, 32-token steps, head dim 128): b_op4's [BLOCK_N, D] layout with the head dim's bits
+        # permuted so that a thread's 4 columns are adjacent (v_ph), and the same with the columns in the registers'
+        # fastest bits (v_ld: 4-byte loads)
+        v_ph: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[1, 0], [2, 0], [16, 0], [0, 1], [0, 2]], lane_bases=[[4, 0], [8, 0], [0, 4], [0, 8], [0, 16]],
+            warp_bases=[[0, 32], [0, 64]], block_bases=[], shape=[32, 128])
+        v_ld: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [16, 0]], lane_bases=[[4, 0], [8, 0], [0, 4], [0, 8], [0, 16]],
+            warp_bases=[[0, 32], [0, 64]], block_bases=[], shape=[32, 128])
         smem: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
         VEC: gl.constexpr = 16 if KV_FP8 else 8
         ld: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // HEAD_DIM, HEAD_DIM // VEC], [4, 1], [1, 0])
@@ -162,7 +171,7 @@ if gluon is not None:
 
         k_ring = gl.allocate_shared_memory(K.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], ring_l)
         v_ring = gl.allocate_shared_memory(V.dtype.element_ty, [STAGES, BLOCK_N, HEAD_DIM], ring_l)
-        if KV_FP8:
+        if KV_FP8 and not V_PERM:
             # the step's V converted to fp16 in registers and staged here for the MMA's operand loads: P . V wants
             # pairs of consecutive tokens, which ldmatrix cannot transpose out of 8-bit rows (the tl kernel's fp8
             # tile reads them a byte at a time)
@@ -211,7 +220,9 @@ if gluon is not None:
                 qa = q_a
             else:
                 qa = q_smem.load(a_op)
-            if KV_FP8:
+            if KV_FP8 and V_PERM:
+                k_t = k_ring.index(i % STAGES).permute([1, 0]).load(b_op4).to(gl.float16)
+            elif KV_FP8:
                 # V: 16-byte rows of the 8-bit ring -> fp16 -> the staging tile; K^T: its operand read straight
                 # from the ring and converted in registers
                 v16.store(v_ring.index(i % STAGES).load(ld).to(gl.float16))
@@ -230,11 +241,21 @@ if gluon is not None:
                 l_cols = l_cols * alpha[:, None] + p
             else:
                 l_i = l_i * alpha + gl.sum(p, axis=1)
-            if KV_FP8:
-                v = v16.load(b_op)
+            if KV_FP8 and V_PERM:
+                # V's operand without the fp16 tile: each thread loads 4 consecutive bytes of 8 token rows (its
+                # operand's 4 head-dim columns, made adjacent by a column permutation), transposes them in registers,
+                # and the tensor is relabelled (reshape / permute, no data movement) into the operand's layout
+                v8 = v_ring.index(i % STAGES).load(v_ld)
+                v8 = gl.convert_layout(v8, v_ph)
+                v8 = gl.reshape(gl.permute(gl.reshape(v8, [BLOCK_N, 4, 8, 4]), [0, 3, 1, 2]), [BLOCK_N, HEAD_DIM])
+                v = gl.convert_layout(v8, b_op4, assert_trivial=True).to(gl.float16)
+                acc = mma_v2(gl.convert_layout(p.to(v.dtype), a_op4), v, acc * alpha[:, None])
             else:
-                v = v_ring.index(i % STAGES).load(b_op)
-            acc = mma_v2(gl.convert_layout(p.to(v.dtype), a_op), v, acc * alpha[:, None])
+                if KV_FP8:
+                    v = v16.load(b_op)
+                else:
+                    v = v_ring.index(i % STAGES).load(b_op)
+                acc = mma_v2(gl.convert_layout(p.to(v.dtype), a_op), v, acc * alpha[:, None])
             m_i = m_new
         async_copy.wait_group(0)
         if USE_PDL:
@@ -254,6 +275,10 @@ if gluon is not None:
                 out = out * V_SCALE
         offs_ho = gl.arange(0, 16, layout=rows_l)
         offs_do = gl.arange(0, HEAD_DIM, layout=cols_l)
+        if V_PERM:
+            # acc's column n holds head-dim column p(n) of the output: V's operand was relabelled from
+            # [D / 32, 8, 4] to [4, D / 32, 8] (n = c * 32 + a * 8 + b for the physical column a * 32 + b * 4 + c)
+            offs_do = ((offs_do >> 3) & 3) * 32 + (offs_do & 7) * 4 + (offs_do >> 5)
         heads = kv_head * GROUP + offs_ho
         o_rows = seq.to(gl.int64) * stride_ob + heads.to(gl.int64) * stride_oh
         gl.store(OUT + o_rows[:, None] + offs_do[None, :], out.to(OUT.dtype.element_ty), mask=(offs_ho < GROUP)[:, None])
@@ -318,7 +343,7 @@ def pays(programs: int, num_sms: int | None, group: int, kv_fp8: bool = False) -
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0,
+    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=False,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -334,6 +359,10 @@ def decode_single_gluon(
             512 x 256 12/2 36.28 -> 35.87, 64 x 4096 32/8 243.24 -> 242.82, 128 x 1024 12/2 37.20 -> 36.74.
         k_scale, v_scale: an fp8 cache's dequantisation scales (k = k_scale * k_fp8), Python floats or 0-d /
             1-element fp32 device tensors (both of one kind); unused for a 16-bit cache.
+        v_perm: an fp8 cache's V operand by 4-byte loads and a transpose in registers instead of the fp16 tile
+            (32-token steps). EXPERIMENTAL: compiled for sm_90 on the CPU (2 shared-memory bytes a cache byte
+            instead of 4, but a loop of 287 instructions against 211), not yet run on a GPU; off by default and
+            never taken by decode_single.
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
@@ -343,12 +372,13 @@ def decode_single_gluon(
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
     # the ring, and an fp8 cache's fp16 staging tile for V
     ring_bytes = 2 * stages * block_n * head_dim * k_cache.element_size()
-    ring_bytes += block_n * head_dim * 2 if k_cache.element_size() == 1 else 0
+    ring_bytes += block_n * head_dim * 2 if k_cache.element_size() == 1 and not v_perm else 0
     assert ring_bytes <= SMEM_MAX, f"stages {stages} x block_n {block_n}: a {ring_bytes}-byte ring, over {SMEM_MAX}"
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
     fp8 = k_cache.dtype in FP8_DTYPES
+    assert not v_perm or (fp8 and block_n == 32), f"v_perm: fp8 and 32-token steps, not {k_cache.dtype} x {block_n}"
     assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"
     scale_ptr = isinstance(k_scale, torch.Tensor)
     assert scale_ptr == isinstance(v_scale, torch.Tensor), "k_scale and v_scale: both floats or both device tensors"
@@ -367,7 +397,8 @@ def decode_single_gluon(
         stride_oh=out.stride(1),
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
-        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), KV_FP8=fp8, SCALE_PTR=scale_ptr, num_warps=4,
+        Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), KV_FP8=fp8, SCALE_PTR=scale_ptr, V_PERM=bool(v_perm),
+        num_warps=4,
         **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse
