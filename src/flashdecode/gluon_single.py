@@ -370,16 +370,16 @@ def decode_single_gluon(
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
+    fp8 = k_cache.dtype in FP8_DTYPES
+    assert not v_perm or (fp8 and block_n == 32), f"v_perm: fp8 and 32-token steps, not {k_cache.dtype} x {block_n}"
+    assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"
     # the ring, and an fp8 cache's fp16 staging tile for V
     ring_bytes = 2 * stages * block_n * head_dim * k_cache.element_size()
-    ring_bytes += block_n * head_dim * 2 if k_cache.element_size() == 1 and not v_perm else 0
+    ring_bytes += block_n * head_dim * 2 if fp8 and not v_perm else 0
     assert ring_bytes <= SMEM_MAX, f"stages {stages} x block_n {block_n}: a {ring_bytes}-byte ring, over {SMEM_MAX}"
     stride_kp, stride_kt, stride_kh, _ = k_cache.stride()
     stride_vp, stride_vt, stride_vh, _ = v_cache.stride()
     chain = chain_pdl(q.device) and use_pdl(q.device)
-    fp8 = k_cache.dtype in FP8_DTYPES
-    assert not v_perm or (fp8 and block_n == 32), f"v_perm: fp8 and 32-token steps, not {k_cache.dtype} x {block_n}"
-    assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"
     scale_ptr = isinstance(k_scale, torch.Tensor)
     assert scale_ptr == isinstance(v_scale, torch.Tensor), "k_scale and v_scale: both floats or both device tensors"
     for name, t in (("k_scale", k_scale), ("v_scale", v_scale)) if scale_ptr else ():
