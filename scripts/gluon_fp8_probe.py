@@ -24,6 +24,7 @@ from flashdecode.bench import (
     ProbeLog,
     _l2_bytes,
     probe_graph_us,
+    probe_rows,
     quantize_kv,
     rotation_copies,
 )
@@ -41,7 +42,7 @@ def main():
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
     ap.add_argument("--variants", default="g32x2", help="gNxS: N tokens a step, S ring buffers")
     args = ap.parse_args()
-    rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
+    rows = probe_rows(args.rows, ROWS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     log = ProbeLog("gluon_fp8")
     l2 = _l2_bytes("cuda")

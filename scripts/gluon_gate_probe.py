@@ -17,7 +17,7 @@ import argparse
 import torch
 
 from flashdecode import gluon_single, plan_decode
-from flashdecode.bench import ProbeLog, probe_case, probe_variants
+from flashdecode.bench import ProbeLog, probe_case, probe_rows, probe_variants
 from flashdecode.triton_single import decode_single
 
 ROWS = [(b, ln, 12, 2) for b in (64, 128, 192, 256, 384, 512, 768, 1024) for ln in (256, 1024)]
@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--variants", default="tl,g32x2d,g32x2,g32x3d",
                     help="tl and gNxS[d] (N tokens a step, S ring buffers, d: row sums deferred)")
     args = ap.parse_args()
-    rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
+    rows = probe_rows(args.rows, ROWS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     log = ProbeLog("gluon_gate")
     for batch, length, hq, hkv in rows:

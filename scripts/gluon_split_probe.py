@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from flashdecode import decode_attention, gluon_single, plan_decode
-from flashdecode.bench import ProbeLog, probe_case, probe_graph_us
+from flashdecode.bench import ProbeLog, probe_case, probe_graph_us, probe_rows
 
 ROWS = [(64, 1024), (16, 4096), (4, 16384), (1, 65536), (256, 256)]
 
@@ -62,7 +62,7 @@ def main():
     ap.add_argument("--rows", default="", help="B,L;... (12/2 heads) instead of ROWS")
     ap.add_argument("--chunk", type=int, default=256, help="tokens a chunk")
     args = ap.parse_args()
-    rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
+    rows = probe_rows(args.rows, ROWS)
     log = ProbeLog("gluon_split")
     for batch, length in rows:
         case, ref, copies = probe_case([length] * batch, 12, 2)

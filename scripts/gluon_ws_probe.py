@@ -19,7 +19,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from flashdecode import decode_attention, gluon_single, plan_decode
-from flashdecode.bench import ProbeLog, probe_case, probe_variants
+from flashdecode.bench import ProbeLog, probe_case, probe_rows, probe_variants
 from flashdecode.gluon_single import _issue
 from flashdecode.triton_common import LN2, LOG2E
 from flashdecode.triton_single import decode_single
@@ -200,7 +200,7 @@ def main():
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
     ap.add_argument("--variants", default="ws32x2,ws64x2,ws32x3", help="wsNxS: N tokens a step, S buffers a stream")
     args = ap.parse_args()
-    rows = [tuple(map(int, r.split(","))) for r in args.rows.split(";")] if args.rows else ROWS
+    rows = probe_rows(args.rows, ROWS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     log = ProbeLog("gluon_ws")
     for batch, length, hq, hkv in rows:

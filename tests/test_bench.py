@@ -138,6 +138,13 @@ def test_probe_variants_checks_every_variant_and_times_only_the_right_ones(monke
     assert all(t != t for t in times["wrong"] + times["partial"]) and len(timed) == 2
 
 
+def test_probe_rows_reads_the_probes_rows_argument():
+    from flashdecode.bench import probe_rows
+
+    assert probe_rows("64,1024,12,2;16,4096,32,8", [(1, 2)]) == [(64, 1024, 12, 2), (16, 4096, 32, 8)]
+    assert probe_rows("", [(1, 2)]) == [(1, 2)]
+
+
 def test_anchor_preset_is_perf_md_grid():
     rows = PRESETS["anchor"]()
     assert len(rows) == 22

@@ -399,6 +399,12 @@ def probe_case(seqlens, num_q_heads: int, num_kv_heads: int, head_dim: int = 128
     return case, ref, rotation_copies(case, _l2_bytes("cuda"))
 
 
+def probe_rows(text: str, default: list) -> list:
+    """The GPU probe scripts' ``--rows``: 'B,L,Hq,Hkv;...' (each row's integers as ``parse_ints`` reads them) as
+    tuples, or ``default`` when empty."""
+    return [tuple(parse_ints(row)) for row in text.split(";")] if text else default
+
+
 def probe_graph_us(fn) -> float:
     """The GPU probe scripts' timer: µs per call of fn, median of CUDA-graph replays (rep 30 ms)."""
     from triton.testing import do_bench_cudagraph
