@@ -198,7 +198,8 @@ def decode_ws(q, k_cache, v_cache, seqlens, table, scale, out, lse, stages=2, bl
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
-    ap.add_argument("--variants", default="ws32x2,ws64x2,ws32x3", help="wsNxS: N tokens a step, S buffers a stream")
+    ap.add_argument("--variants", default="ws32x2,ws16x3,ws16x4",
+                    help="wsNxS: N tokens a step, S buffers a stream (64 x 2 and 32 x 3 overflow shared memory)")
     args = ap.parse_args()
     rows = probe_rows(args.rows, ROWS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
