@@ -16,7 +16,8 @@ import sys
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "flashdecode" / "gluon_single.py"
 TESTS = "tests/test_gluon_single.py"
-# (name, text in gluon_single.py, its replacement, what the tests should see)
+# (name, text in gluon_single.py, its replacement, what the tests should see[, the -k of the GPU tests that must see
+# it: a mutation the CPU tests also catch proves nothing of the GPU tests otherwise])
 MUTATIONS = [
     ("no length mask on s", 's = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))', "s = s",
      "zero-filled rows past a length enter the softmax sum"),
@@ -33,6 +34,15 @@ MUTATIONS = [
     ("fp8: k_scale dropped", "qk_scale = qk_scale * K_SCALE", "qk_scale = qk_scale",
      "an fp8 cache's scores miss their scale"),
     ("fp8: v_scale dropped", "out = out * V_SCALE", "out = out", "an fp8 cache's output misses its scale"),
+    ("fp8: tensor k_scale dropped", "qk_scale = qk_scale * gl.load(K_SCALE)", "qk_scale = qk_scale",
+     "scores miss a device-tensor k_scale"),
+    ("fp8: tensor v_scale dropped", "out = out * gl.load(V_SCALE)", "out = out", "the output misses a device-tensor v_scale"),
+    ("fp8: q not saturated", "q = gl.minimum(gl.maximum(q.to(gl.float32), -65504.0), 65504.0).to(gl.float16)",
+     "q = q.to(gl.float16)", "q past fp16's range becomes inf, the softmax NaN"),
+    ("fp8 v_perm: output columns not un-permuted", "offs_do = ((offs_do >> 3) & 3) * 32 + (offs_do & 7) * 4 + (offs_do >> 5)",
+     "offs_do = offs_do", "v_perm's head-dim columns land permuted"),
+    ("fp8: the plan's gate shut", "GLUON_FP8_MIN_PER_SM = 2.5", "GLUON_FP8_MIN_PER_SM = 100.0",
+     "the planned fp8 call no longer reaches the kernel", "plan_takes_it_for_an_fp8_cache"),
 ]
 
 
@@ -43,11 +53,12 @@ def main() -> int:
     original = SRC.read_text()
     results = []
     try:
-        for name, old, new, why in MUTATIONS:
+        for name, old, new, why, *only in MUTATIONS:
             assert original.count(old) >= 1, f"mutation {name!r}: {old!r} is not in {SRC.name}"
             SRC.write_text(original.replace(old, new))
             run = subprocess.run(
-                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", TESTS, "-k", "not compiles"],
+                [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", TESTS, "-k",
+                 only[0] if only else "not compiles"],
                 capture_output=True, text=True,
             )  # fmt: skip
             caught = run.returncode == 1  # 1: tests failed (2-5: the run itself broke, which proves nothing)

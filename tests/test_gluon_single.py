@@ -18,6 +18,7 @@ from flashdecode import decode_attention, gluon_single, plan_decode
 from flashdecode.cases import poison_page_tails
 from flashdecode.check import output_tolerance as args_output_tolerance
 from flashdecode.reference import reference_dense
+from flashdecode.triton_common import Features
 from flashdecode.triton_single import decode_single
 
 GPU = torch.cuda.is_available()
@@ -45,7 +46,6 @@ def test_switches_turn_it_off(monkeypatch):
     """GLUON_MIN_PER_SM = 0 turns the kernel off for every cache, GLUON_FP8_MIN_PER_SM = 0 for fp8 caches only, and
     FP8_DOT_F16 = False (fp8 products in q's dtype, which this kernel does not compute) leaves fp8 to the tl kernel."""
     from flashdecode import triton_common
-    from flashdecode.triton_common import Features
 
     sms = 132
     monkeypatch.setattr(gluon_single, "GLUON_FP8_MIN_PER_SM", 0)
@@ -105,7 +105,6 @@ def _pool_at(k_cache, offset_elements):
 def test_decode_single_gives_an_fp8_cache_its_gate_and_scales(monkeypatch):
     """decode_single's wiring, on the CPU with the kernel stubbed: at 3 programs a SM (inside the fp8 gate, below the
     16-bit one) an fp8 call goes to the Gluon kernel with its scales, a bf16 call does not."""
-    from flashdecode.triton_common import Features
 
     sms = 4
     c = case([40] * 6, 12, 2, 128, 16, torch.bfloat16, "cpu")  # 6 sequences x 2 KV heads = 3 programs a SM
@@ -129,7 +128,6 @@ def test_decode_single_gives_an_fp8_cache_its_gate_and_scales(monkeypatch):
 def test_fits_refuses_what_it_does_not_compute():
     """Every call the kernel does not compute is refused (decode_single then runs the tl kernel)."""
     from flashdecode.cases import token_major_v
-    from flashdecode.triton_common import Features
 
     c = case([40, 7], 12, 2, 128, 16, torch.bfloat16, "cpu")
     q, k, v = c.q, c.k_cache, c.v_cache
@@ -269,7 +267,9 @@ def test_ring_depths_and_steps(stages, block_n, defer_sum):
     "fp8,q_dtype,hq,hkv,page,stages,block_n,tensor_scales,v_perm",
     [("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, False), ("e5m2", torch.float16, 32, 8, 7, 3, 32, False, False),
      ("e4m3", torch.float16, 16, 1, 64, 2, 64, True, False), ("e4m3", torch.bfloat16, 28, 4, 1, 4, 16, True, False),
-     ("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, True), ("e5m2", torch.float16, 32, 8, 7, 3, 32, True, True)],
+     ("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, True), ("e5m2", torch.float16, 32, 8, 7, 3, 32, True, True),
+     ("e5m2", torch.bfloat16, 12, 2, 16, 3, 32, True, False), ("e4m3", torch.float16, 8, 8, 16, 2, 32, False, False),
+     ("e4m3", torch.bfloat16, 8, 8, 32, 2, 32, True, True)],
 )  # fmt: skip
 def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, v_perm):
     """An fp8 cache (k_scale != v_scale, floats or device tensors) on ragged rows with NaN in unused pages and past
@@ -292,6 +292,69 @@ def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, 
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
     empty = c.cache_seqlens == 0
     assert (out[empty] == 0).all() and (lse[empty] == float("-inf")).all()
+
+
+def _fp8_args(lengths, hq, hkv, page, fp8, q_dtype, seed):
+    """A ragged fp8 case (k_fp8 = k / 0.05, v_fp8 = v / 0.3) with NaN in unused pages and past each length."""
+    c = case(lengths, hq, hkv, 128, page, torch.float32, "cuda", seed=seed)
+    poison_page_tails(c)
+    dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fp8]
+    return (c.q.to(q_dtype), (c.k_cache / 0.05).to(dtype), (c.v_cache / 0.3).to(dtype), c.cache_seqlens, c.block_table)
+
+
+@needs_gpu
+@pytest.mark.parametrize("path", ["gluon", "gluon-v_perm", "tl"])
+def test_fp8_q_past_fp16_range_saturates(path):
+    """An fp8 cache's products run in fp16, where q saturates at +-65504 (fp16's inf would give inf - inf = NaN in
+    the softmax). Here K's head-dim column 0 holds 2^-6 in every slot (small, so that the column's large product
+    leaves the fp32 scores their precision) and q's column 0 is +-1e5 (bf16): the column adds one constant to a
+    head's scores, so the output is the reference's of the unsaturated q, and the LSE that of q saturated (0.002
+    from the unsaturated one's). Both GPU kernels: the Gluon pass (with and without v_perm) and the tl single pass."""
+    q, k8, v8, lens, table = _fp8_args([0, 1, 33, 700, 64, 95], 12, 2, 16, "e4m3", torch.bfloat16, seed=21)
+    k8[..., 0] = 2.0**-6
+    q[:, 0::3, 0], q[:, 1::3, 0] = 1e5, -1e5
+    args = (q, k8, v8, lens, table)
+    scales = dict(k_scale=0.05, v_scale=0.3)
+    saturated = (q.float().clamp(-65504.0, 65504.0).to(q.dtype),) + args[1:]
+    assert not torch.equal(saturated[0], q)
+    ref_out, _ = reference_dense(*args, **scales)
+    _, ref_lse = reference_dense(*saturated, **scales)
+    out = torch.full_like(q, float("nan"))
+    lse = torch.full(q.shape[:-1], float("nan"), dtype=torch.float32, device="cuda")
+    if path == "tl":
+        decode_single(*args, 128**-0.5, out, lse, features=Features(kv_fp8=True, **scales), gluon=False)
+    else:
+        gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, v_perm=path.endswith("v_perm"), **scales)
+    assert max_err(out, ref_out) <= args_output_tolerance(saturated, ref_out, **scales)
+    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(saturated, ref_lse, **scales)
+
+
+@needs_gpu
+@pytest.mark.parametrize("v_perm", [False, True], ids=["staged", "v_perm"])
+def test_fp8_graph_replays_new_tensor_scales(v_perm):
+    """Scales as device tensors are read by the kernel: a CUDA graph captured with them, replayed after new values
+    are written into the same tensors, gives the attention of the new scales."""
+    args = _fp8_args([0, 5, 300, 129, 64], 12, 2, 16, "e4m3", torch.bfloat16, seed=22)
+    k_scale, v_scale = torch.tensor(0.05, device="cuda"), torch.tensor([0.3], device="cuda")
+    out = torch.empty_like(args[0])
+    lse = torch.empty(args[0].shape[:-1], dtype=torch.float32, device="cuda")
+    run = lambda: gluon_single.decode_single_gluon(  # noqa: E731
+        *args, 128**-0.5, out, lse, k_scale=k_scale, v_scale=v_scale, v_perm=v_perm
+    )  # fmt: skip
+    run()  # compiled outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    k_scale.fill_(0.1)
+    v_scale.fill_(0.6)
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = reference_dense(*args, k_scale=0.1, v_scale=0.6)
+    assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.1, v_scale=0.6)
+    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.1, v_scale=0.6)
 
 
 @needs_gpu
