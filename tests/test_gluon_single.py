@@ -72,8 +72,11 @@ def test_direct_calls_check_their_scales():
             gluon_single.decode_single_gluon(*args, k_scale=bad, v_scale=one)
     with pytest.raises(AssertionError, match="both floats or both"):
         gluon_single.decode_single_gluon(*args, k_scale=one, v_scale=0.5)
+    for block_n in (16, 256):
+        with pytest.raises(AssertionError, match="v_perm"):
+            gluon_single.decode_single_gluon(*args, block_n=block_n, v_perm=True)
     with pytest.raises(AssertionError, match="v_perm"):
-        gluon_single.decode_single_gluon(*args, block_n=64, v_perm=True)
+        gluon_single.decode_single_gluon(c.q, c.k_cache, c.v_cache, *args[3:], v_perm=True)
     with pytest.raises(AssertionError, match="one dtype"):
         gluon_single.decode_single_gluon(c.q, fp8, c.k_cache.to(torch.float8_e5m2), *args[3:])
 
@@ -269,7 +272,9 @@ def test_ring_depths_and_steps(stages, block_n, defer_sum):
      ("e4m3", torch.float16, 16, 1, 64, 2, 64, True, False), ("e4m3", torch.bfloat16, 28, 4, 1, 4, 16, True, False),
      ("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, True), ("e5m2", torch.float16, 32, 8, 7, 3, 32, True, True),
      ("e5m2", torch.bfloat16, 12, 2, 16, 3, 32, True, False), ("e4m3", torch.float16, 8, 8, 16, 2, 32, False, False),
-     ("e4m3", torch.bfloat16, 8, 8, 32, 2, 32, True, True)],
+     ("e4m3", torch.bfloat16, 8, 8, 32, 2, 32, True, True), ("e4m3", torch.bfloat16, 12, 2, 16, 2, 64, False, True),
+     ("e5m2", torch.float16, 16, 1, 1, 3, 64, True, True), ("e4m3", torch.bfloat16, 28, 4, 64, 2, 128, False, True),
+     ("e4m3", torch.bfloat16, 12, 2, 16, 2, 32, False, None)],
 )  # fmt: skip
 def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, v_perm):
     """An fp8 cache (k_scale != v_scale, floats or device tensors) on ragged rows with NaN in unused pages and past
@@ -308,15 +313,15 @@ def test_fp8_q_past_fp16_range_saturates(path):
     """An fp8 cache's products run in fp16, where q saturates at +-65504 (fp16's inf would give inf - inf = NaN in
     the softmax). Here K's head-dim column 0 holds 2^-6 in every slot (small, so that the column's large product
     leaves the fp32 scores their precision) and q's column 0 is +-1e5 (bf16): the column adds one constant to a
-    head's scores, so the output is the reference's of the unsaturated q, and the LSE that of q saturated (0.002
+    head's scores, so the output is the reference's of the unsaturated q, and the LSE that of q saturated (2.4
     from the unsaturated one's). Both GPU kernels: the Gluon pass (with and without v_perm) and the tl single pass."""
     q, k8, v8, lens, table = _fp8_args([0, 1, 33, 700, 64, 95], 12, 2, 16, "e4m3", torch.bfloat16, seed=21)
     k8[..., 0] = 2.0**-6
     q[:, 0::3, 0], q[:, 1::3, 0] = 1e5, -1e5
     args = (q, k8, v8, lens, table)
     scales = dict(k_scale=0.05, v_scale=0.3)
-    saturated = (q.float().clamp(-65504.0, 65504.0).to(q.dtype),) + args[1:]
-    assert not torch.equal(saturated[0], q)
+    # in fp32: bf16 rounds 65504 to 65536, which moves the LSE by 0.002 (measured: the first form of this test)
+    saturated = (q.float().clamp(-65504.0, 65504.0),) + args[1:]
     ref_out, _ = reference_dense(*args, **scales)
     _, ref_lse = reference_dense(*saturated, **scales)
     out = torch.full_like(q, float("nan"))
@@ -325,7 +330,7 @@ def test_fp8_q_past_fp16_range_saturates(path):
         decode_single(*args, 128**-0.5, out, lse, features=Features(kv_fp8=True, **scales), gluon=False)
     else:
         gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, v_perm=path.endswith("v_perm"), **scales)
-    assert max_err(out, ref_out) <= args_output_tolerance(saturated, ref_out, **scales)
+    assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, **scales)
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(saturated, ref_lse, **scales)
 
 

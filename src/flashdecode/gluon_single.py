@@ -91,6 +91,19 @@ SMEM_MAX = 227 * 1024 - 4096
 
 if gluon is not None:
 
+    @gluon.constexpr_function
+    def _v_perm_layout(block_n, columns_first):
+        """V_PERM's [block_n, 128] layouts of an fp8 V step: the B operand's (k_width 4; its token bases 1, 2, 16 and
+        32, 64, ... in registers, 4 and 8 in lanes) with the head-dim bits permuted so that a thread's 4 columns are
+        adjacent. columns_first False: v_ph, relabelled by V_PERM's reshape / permute into the operand itself;
+        True: v_ld, the same elements with those 4 columns in the fastest register bits (one 4-byte shared load)."""
+        tokens = [[1, 0], [2, 0], [16, 0]] + [[t, 0] for t in (32, 64, 128) if t < block_n]
+        columns = [[0, 1], [0, 2]]
+        return gl.DistributedLinearLayout(
+            reg_bases=columns + tokens if columns_first else tokens + columns,
+            lane_bases=[[4, 0], [8, 0], [0, 4], [0, 8], [0, 16]], warp_bases=[[0, 32], [0, 64]], block_bases=[],
+            shape=[block_n, 128])  # fmt: skip
+
     @gluon.jit
     def _issue(ring, X, pages, tok, end, stride_p, stride_t, offs_d, PAGE_SIZE: gl.constexpr):
         """cp.async copies of one step's rows of X ([BLOCK_N, D]: token tok's row of page `pages`) into a ring
@@ -120,15 +133,6 @@ if gluon is not None:
         a_op4: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         b_op4: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
         ldq: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
-        # V_PERM (an fp8 cache, 32-token steps, head dim 128): b_op4's [BLOCK_N, D] layout with the head dim's bits
-        # permuted so that a thread's 4 columns are adjacent (v_ph), and the same with the columns in the registers'
-        # fastest bits (v_ld: 4-byte loads)
-        v_ph: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[1, 0], [2, 0], [16, 0], [0, 1], [0, 2]], lane_bases=[[4, 0], [8, 0], [0, 4], [0, 8], [0, 16]],
-            warp_bases=[[0, 32], [0, 64]], block_bases=[], shape=[32, 128])
-        v_ld: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 1], [0, 2], [1, 0], [2, 0], [16, 0]], lane_bases=[[4, 0], [8, 0], [0, 4], [0, 8], [0, 16]],
-            warp_bases=[[0, 32], [0, 64]], block_bases=[], shape=[32, 128])
         smem: gl.constexpr = gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8, order=[1, 0])
         VEC: gl.constexpr = 16 if KV_FP8 else 8
         ld: gl.constexpr = gl.BlockedLayout([1, VEC], [32 * VEC // HEAD_DIM, HEAD_DIM // VEC], [4, 1], [1, 0])
@@ -245,8 +249,8 @@ if gluon is not None:
                 # V's operand without the fp16 tile: each thread loads 4 consecutive bytes of 8 token rows (its
                 # operand's 4 head-dim columns, made adjacent by a column permutation), transposes them in registers,
                 # and the tensor is relabelled (reshape / permute, no data movement) into the operand's layout
-                v8 = v_ring.index(i % STAGES).load(v_ld)
-                v8 = gl.convert_layout(v8, v_ph)
+                v8 = v_ring.index(i % STAGES).load(_v_perm_layout(BLOCK_N, True))
+                v8 = gl.convert_layout(v8, _v_perm_layout(BLOCK_N, False))
                 v8 = gl.reshape(gl.permute(gl.reshape(v8, [BLOCK_N, 4, 8, 4]), [0, 3, 1, 2]), [BLOCK_N, HEAD_DIM])
                 v = gl.convert_layout(v8, b_op4, assert_trivial=True).to(gl.float16)
                 acc = mma_v2(gl.convert_layout(p.to(v.dtype), a_op4), v, acc * alpha[:, None])
@@ -343,7 +347,7 @@ def pays(programs: int, num_sms: int | None, group: int, kv_fp8: bool = False) -
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=False,
+    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=None,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -359,10 +363,12 @@ def decode_single_gluon(
             512 x 256 12/2 36.28 -> 35.87, 64 x 4096 32/8 243.24 -> 242.82, 128 x 1024 12/2 37.20 -> 36.74.
         k_scale, v_scale: an fp8 cache's dequantisation scales (k = k_scale * k_fp8), Python floats or 0-d /
             1-element fp32 device tensors (both of one kind); unused for a 16-bit cache.
-        v_perm: an fp8 cache's V operand by 4-byte loads and a transpose in registers instead of the fp16 tile
-            (32-token steps). EXPERIMENTAL: compiled for sm_90 on the CPU (2 shared-memory bytes a cache byte
-            instead of 4, but a loop of 287 instructions against 211), not yet run on a GPU; off by default and
-            never taken by decode_single.
+        v_perm: an fp8 cache's V operand by 4-byte shared loads and a transpose in registers (steps of 32 tokens
+            or more) instead of staging V as fp16 for ``ldmatrix`` (False); None: for fp8 where it applies. V then
+            costs 2 shared-memory bytes a cache byte instead of 4, for 283 loop instructions a 32-token step against
+            211; H200, e4m3, graph µs, staged -> v_perm, 32 x 2 (h200-2026-11-30/vperm-6359d12, one process):
+            64 x 4096 32/8 158.09 -> 148.07, 128 x 2048 32/8 156.32 -> 147.14, 512 x 1024 12/2 81.40 -> 75.74,
+            192 x 1024 12/2 34.36 -> 32.58, 256 x 256 12/2 13.11 -> 12.28.
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
@@ -371,7 +377,8 @@ def decode_single_gluon(
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
     fp8 = k_cache.dtype in FP8_DTYPES
-    assert not v_perm or (fp8 and block_n == 32), f"v_perm: fp8 and 32-token steps, not {k_cache.dtype} x {block_n}"
+    v_perm = fp8 and block_n >= 32 if v_perm is None else v_perm
+    assert not v_perm or (fp8 and 32 <= block_n <= 128), f"v_perm: fp8, 32-128 tokens a step, not {k_cache.dtype} x {block_n}"
     assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"
     # the ring, and an fp8 cache's fp16 staging tile for V
     ring_bytes = 2 * stages * block_n * head_dim * k_cache.element_size()
