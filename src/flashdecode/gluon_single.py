@@ -347,7 +347,7 @@ def pays(programs: int, num_sms: int | None, group: int, kv_fp8: bool = False) -
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
-    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=None,
+    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=None, maxnreg=None,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
 
@@ -369,6 +369,7 @@ def decode_single_gluon(
             211; H200, e4m3, graph µs, staged -> v_perm, 32 x 2 (h200-2026-11-30/vperm-6359d12, one process):
             64 x 4096 32/8 158.09 -> 148.07, 128 x 2048 32/8 156.32 -> 147.14, 512 x 1024 12/2 81.40 -> 75.74,
             192 x 1024 12/2 34.36 -> 32.58, 256 x 256 12/2 13.11 -> 12.28.
+        maxnreg: a cap on the registers a thread (None: the compiler's choice); 128 lets 4 programs share a SM.
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
@@ -405,7 +406,7 @@ def decode_single_gluon(
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
         Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), KV_FP8=fp8, SCALE_PTR=scale_ptr, V_PERM=bool(v_perm),
-        num_warps=4,
+        num_warps=4, **({"maxnreg": maxnreg} if maxnreg else {}),
         **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
     return out, lse
