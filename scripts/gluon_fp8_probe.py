@@ -67,7 +67,7 @@ def main():
         }  # fmt: skip
         for v in args.variants.split(","):
             n, s = map(int, v[1:].rstrip("pr").split("x"))
-            regs = 128 if v.endswith("r") else None
+            regs = 128 if v.endswith("r") else 0
             variants[v] = (copies8, ref8, lambda c, n=n, s=s, vp="p" in v, r=regs: gluon_single.decode_single_gluon(
                 *c.args, scale, out, stages=s, block_n=n, v_perm=vp, maxnreg=r, **scales))  # fmt: skip
         errs, times = {}, {key: [] for key in variants}

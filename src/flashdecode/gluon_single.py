@@ -77,14 +77,25 @@ STAGES = 2
 GLUON_MIN_PER_SM = 3.5
 GLUON_MAX_PER_SM = 12.0
 GLUON_MIN_GROUP = 2
-# an fp8 cache: from GLUON_FP8_MIN_PER_SM to GLUON_FP8_MAX_PER_SM programs a SM (groups of GLUON_MIN_GROUP+). H200,
-# e4m3, graph µs, tl single pass -> Gluon (h200-2026-11-30/gluon-fp8-e3577b2, one process): 2.91 a SM 192 x 1024
-# 12/2 43.82 -> 34.43; 3.88 256 x 256 12/2 18.08 -> 12.94, 64 x 4096 32/8 156.92 -> 155.71; 7.76 512 x 1024 12/2
-# 89.09 -> 81.07, 128 x 2048 32/8 162.07 -> 155.93; 15.52 1024 x 256 12/2 59.21 -> 48.94. It loses at 1.94 (128 x
-# 1024 12/2 25.05 -> 28.51); at one wave both lose to the plan's splits; one query head a KV head was measured once
-# (5.82 a SM, 64 x 1024 12/12 80.11 -> 77.31) and is left to the tl kernel. 0: never for fp8
-GLUON_FP8_MIN_PER_SM = 2.5
+# an fp8 cache: from GLUON_FP8_MIN_PER_SM to GLUON_FP8_MAX_PER_SM programs a SM, any group. H200, e4m3, graph µs,
+# the plan without this kernel for fp8 (tl single pass or splits) -> its fp8 form (FP8_BLOCK_N x FP8_STAGES, v_perm,
+# FP8_MAXNREG; h200-2026-11-30/vperm-b0ecb2c, one process): 1.94 a SM 128 x 1024 12/2 25.10 -> 22.23; 2.91 192 x 1024
+# 12/2 43.82 -> 29.23; 3.88 64 x 4096 32/8 163.87 -> 137.90, 256 x 256 12/2 17.96 -> 12.00; 5.82 64 x 1024 12/12
+# 79.67 -> 64.31; 7.76 128 x 2048 32/8 167.79 -> 141.66, 512 x 1024 12/2 90.15 -> 74.86; 15.52 1024 x 256 12/2
+# 58.99 -> 44.63. At one wave (0.97) it is mixed against the plan's splits: 64 x 1024 12/2 15.42 -> 16.17, 32 x 512
+# 28/4 10.45 -> 9.71. 0: never for fp8
+GLUON_FP8_MIN_PER_SM = 1.5
 GLUON_FP8_MAX_PER_SM = 16.0
+GLUON_FP8_MIN_GROUP = 1
+# an fp8 cache's step: 64 tokens (8 KB of K and of V, as bf16's 32) in 2 buffers, V by v_perm, and at most 128
+# registers a thread so that 4 programs share a SM (the step compiles to 133 otherwise, no spills at 128). Graph µs,
+# v_perm 32 x 2 -> 64 x 2 -> 64 x 2 at 128 registers (vperm-b0ecb2c): 64 x 4096 32/8 151.43 -> 174.93 -> 137.90,
+# 128 x 2048 32/8 151.98 -> 154.71 -> 141.66, 512 x 1024 12/2 79.78 -> 80.44 -> 74.86, 256 x 256 12/2 12.11 -> 16.16
+# -> 12.00, 128 x 1024 12/2 27.69 -> 22.13 -> 22.23; 3 buffers 141.18, 146.09, 77.73, 13.93, 22.44; 128 tokens at 128
+# registers 259.42, 210.37, 112.30 (spilled)
+FP8_BLOCK_N = 64
+FP8_STAGES = 2
+FP8_MAXNREG = 128
 # the ring's K and V buffers may take this much of sm_90's 227 KB a program: 4 KB stay for the reductions' scratch (2 KB
 # in the 128-token, 3-buffer compile) and, with Q_REGS off, q's tile
 SMEM_MAX = 227 * 1024 - 4096
@@ -340,13 +351,13 @@ def pays(programs: int, num_sms: int | None, group: int, kv_fp8: bool = False) -
     """Whether a grid of this many programs, of this many query heads a KV head, on a 16-bit or an fp8 cache, is one
     where the Gluon kernel was measured faster (``GLUON_MIN_PER_SM``, ``GLUON_FP8_MIN_PER_SM``)."""
     low, high = (GLUON_FP8_MIN_PER_SM, GLUON_FP8_MAX_PER_SM) if kv_fp8 else (GLUON_MIN_PER_SM, GLUON_MAX_PER_SM)
-    if not GLUON_MIN_PER_SM or not low or not num_sms or group < GLUON_MIN_GROUP:
+    if not GLUON_MIN_PER_SM or not low or not num_sms or group < (GLUON_FP8_MIN_GROUP if kv_fp8 else GLUON_MIN_GROUP):
         return False
     return low * num_sms <= programs <= high * num_sms
 
 
 def decode_single_gluon(
-    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=STAGES, block_n=BLOCK_N,
+    q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=None, block_n=None,
     q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=None, maxnreg=None,
 ):  # fmt: skip
     """Launch the Gluon single pass (``supports`` must hold).
@@ -356,7 +367,8 @@ def decode_single_gluon(
             one fp8 dtype (e4m3 / e5m2).
         cache_seqlens: [B] int32. block_table: [B, max_pages] int32. softmax_scale: float.
         out: [B, Hq, 128], written in place. lse: None or contiguous fp32 [B, Hq] (natural log).
-        stages: ring buffers (2 or more). block_n: tokens a step (a power of two, 16 or more).
+        stages: ring buffers (2 or more). block_n: tokens a step (a power of two, 16 or more). None: STAGES x
+            BLOCK_N for a 16-bit cache, FP8_STAGES x FP8_BLOCK_N for fp8.
         q_regs: False reads q from shared memory every step, as the tl kernel does (for measurements; a 16-bit cache).
         defer_sum: the row sums reduced across the warps once after the walk (False: every step). H200, graph µs,
             every step -> once (h200-2026-11-30/gluon-gate-73b4c45, one process): 256 x 256 12/2 19.11 -> 18.84,
@@ -369,15 +381,19 @@ def decode_single_gluon(
             211; H200, e4m3, graph µs, staged -> v_perm, 32 x 2 (h200-2026-11-30/vperm-6359d12, one process):
             64 x 4096 32/8 158.09 -> 148.07, 128 x 2048 32/8 156.32 -> 147.14, 512 x 1024 12/2 81.40 -> 75.74,
             192 x 1024 12/2 34.36 -> 32.58, 256 x 256 12/2 13.11 -> 12.28.
-        maxnreg: a cap on the registers a thread (None: the compiler's choice); 128 lets 4 programs share a SM.
+        maxnreg: a cap on the registers a thread, 128 letting 4 programs share a SM; 0: the compiler's choice;
+            None: FP8_MAXNREG for fp8, else 0.
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
     assert head_dim == HEAD_DIM and num_q_heads // num_kv_heads <= MAX_GROUP, "see supports()"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
+    fp8 = k_cache.dtype in FP8_DTYPES
+    stages = stages or (FP8_STAGES if fp8 else STAGES)
+    block_n = block_n or (FP8_BLOCK_N if fp8 else BLOCK_N)
+    maxnreg = (FP8_MAXNREG if fp8 else 0) if maxnreg is None else maxnreg
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
-    fp8 = k_cache.dtype in FP8_DTYPES
     v_perm = fp8 and block_n >= 32 if v_perm is None else v_perm
     assert not v_perm or (fp8 and 32 <= block_n <= 128), f"v_perm: fp8, 32-128 tokens a step, not {k_cache.dtype} x {block_n}"
     assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"
