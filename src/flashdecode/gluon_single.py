@@ -83,8 +83,9 @@ GLUON_MIN_GROUP = 2
 # 12/2 43.82 -> 29.23; 3.88 64 x 4096 32/8 163.87 -> 137.90, 256 x 256 12/2 17.96 -> 12.00; 5.82 64 x 1024 12/12
 # 79.67 -> 64.31; 7.76 128 x 2048 32/8 167.79 -> 141.66, 512 x 1024 12/2 90.15 -> 74.86; 15.52 1024 x 256 12/2
 # 58.99 -> 44.63. At one wave (0.97) it is mixed against the plan's splits: 64 x 1024 12/2 15.42 -> 16.17, 32 x 512
-# 28/4 10.45 -> 9.71. 0: never for fp8
-GLUON_FP8_MIN_PER_SM = 1.5
+# 28/4 10.45 -> 9.71, 32 x 2048 28/4 25.92 -> 30.09. At 1.45 it beats the tl single pass (gate-62026a7: 96 x 1024
+# 12/2 23.40 -> 20.43, 16 x 4096 12/12 98.75 -> 70.87; the plan takes splits there, 29.22 and 96.99). 0: never for fp8
+GLUON_FP8_MIN_PER_SM = 1.4
 GLUON_FP8_MAX_PER_SM = 16.0
 GLUON_FP8_MIN_GROUP = 1
 # an fp8 cache's step: 64 tokens (8 KB of K and of V, as bf16's 32) in 2 buffers, V by v_perm, and at most 128
