@@ -5,8 +5,9 @@ PERF.md asks an fp8 cache to run >= 1.8x faster than bf16 on large rows.
 
 Each row, graph µs (caches rotated, one process): the library's plan on the bf16 cache, the plan on the e4m3 cache
 (which takes the Gluon kernel where ``gluon_single.pays``), the tl single pass on the e4m3 cache, the Gluon kernel
-on the e4m3 cache with ring variants gNxS[p][r] (N tokens a step, S buffers; p: V's operand by the in-register
-transpose, ``v_perm``; r: at most 128 registers a thread), and each fp8 time's speed-up over bf16's plan. Every output is checked against the float64
+on the e4m3 cache with ring variants gNxS[p][r][/sK] (N tokens a step, S buffers; p: V's operand by the in-register
+transpose, ``v_perm``; r: at most 128 registers a thread; /sK: K splits a sequence and KV head, merged by
+triton_splitk's combine), and each fp8 time's speed-up over bf16's plan. Every output is checked against the float64
 reference of the dequantised cache first.
 
     python scripts/gluon_fp8_probe.py [--rows B,L,Hq,Hkv;...] [--variants g32x2,g32x2p]   # on the GPU
@@ -40,7 +41,7 @@ ROWS = [(64, 4096, 32, 8), (128, 2048, 32, 8), (256, 256, 12, 2), (512, 1024, 12
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
-    ap.add_argument("--variants", default="g32x2", help="gNxS[p][r]: N tokens a step, S ring buffers, p v_perm, r 128 registers")
+    ap.add_argument("--variants", default="g32x2", help="gNxS[p][r][/sK]: N tokens a step, S ring buffers, p v_perm, r 128 registers, K splits")
     args = ap.parse_args()
     rows = probe_rows(args.rows, ROWS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -66,10 +67,12 @@ def main():
                                                               gluon=False)),
         }  # fmt: skip
         for v in args.variants.split(","):
-            n, s = map(int, v[1:].rstrip("pr").split("x"))
-            regs = 128 if v.endswith("r") else 0
-            variants[v] = (copies8, ref8, lambda c, n=n, s=s, vp="p" in v, r=regs: gluon_single.decode_single_gluon(
-                *c.args, scale, out, stages=s, block_n=n, v_perm=vp, maxnreg=r, **scales))  # fmt: skip
+            ring, _, sp = v.partition("/s")
+            n, s = map(int, ring[1:].rstrip("pr").split("x"))
+            regs = 128 if ring.endswith("r") else 0
+            variants[v] = (copies8, ref8, lambda c, n=n, s=s, vp="p" in ring, r=regs, k=int(sp or 1):
+                           gluon_single.decode_single_gluon(*c.args, scale, out, stages=s, block_n=n, v_perm=vp,
+                                                            maxnreg=r, splits=k, **scales))  # fmt: skip
         errs, times = {}, {key: [] for key in variants}
         for key, (copies, ref, fn) in variants.items():
             out.fill_(float("nan"))

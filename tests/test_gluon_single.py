@@ -176,7 +176,8 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from flashdecode import gluon_single
 
 kernel = gluon_single._decode_single_gluon_kernel
-POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", SEQLENS="*i32", BLOCK_TABLE="*i32")
+POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", SEQLENS="*i32", BLOCK_TABLE="*i32",
+                O_PART="*fp32", LSE_PART="*fp32")
 # as a launch specialises them on the GPU: pointers and the page / token / head strides divisible by 16
 ALIGNED = set(POINTERS) | {"stride_qb", "stride_qh", "stride_kp", "stride_kt", "stride_kh", "stride_vp", "stride_vt",
                            "stride_vh", "stride_btb", "stride_ob", "stride_oh"}
@@ -184,7 +185,8 @@ cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
 for extra in (dict(), dict(USE_PDL=False, WRITE_LSE=False), dict(SAME_STRIDES=False, GROUP=16, PAGE_SIZE=1),
               dict(GROUP=1, PAGE_SIZE=64, STAGES=3), dict(GROUP=7, PAGE_SIZE=32), dict(Q_REGS=False),
               dict(DEFER_SUM=False), dict(KV_FP8=True), dict(KV_FP8=True, SCALE_PTR=True, GROUP=16, STAGES=3),
-              dict(KV_FP8=True, V_PERM=True), dict(KV_FP8=True, V_PERM=True, BLOCK_N=64, GROUP=1, maxnreg=128)):
+              dict(KV_FP8=True, V_PERM=True), dict(KV_FP8=True, V_PERM=True, BLOCK_N=64, GROUP=1, maxnreg=128),
+              dict(SPLITS=4), dict(KV_FP8=True, V_PERM=True, BLOCK_N=64, SPLITS=16, maxnreg=128)):
     # constexprs left out take their defaults; a register cap (decode_single_gluon's maxnreg) is an option
     extra = dict(extra)
     options = dict(num_warps=4, **({"maxnreg": extra.pop("maxnreg")} if "maxnreg" in extra else {}))
@@ -365,6 +367,39 @@ def test_fp8_graph_replays_new_tensor_scales(v_perm):
     ref_out, ref_lse = reference_dense(*args, k_scale=0.1, v_scale=0.6)
     assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.1, v_scale=0.6)
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.1, v_scale=0.6)
+
+
+@needs_gpu
+@pytest.mark.parametrize(
+    "kv,hq,hkv,page,splits,tensor_scales",
+    [("bf16", 12, 2, 16, 4, False), ("bf16", 28, 4, 1, 2, False), ("e4m3", 32, 8, 16, 16, False),
+     ("e5m2", 8, 8, 32, 64, True), ("e4m3", 12, 2, 7, 3, True)],
+)  # fmt: skip
+def test_splits_merge_to_the_reference(kv, hq, hkv, page, splits, tensor_scales):
+    """splits > 1: each (sequence, KV head) cut into equal chunks of whole steps (some empty on short or empty
+    sequences), fp32 partials merged by triton_splitk's combine, against the float64 reference, output and LSE."""
+    lengths = [0, 1, 33, 700, 64, 3000, 129]
+    if kv == "bf16":
+        c = case(lengths, hq, hkv, 128, page, torch.bfloat16, "cuda", seed=splits)
+        poison_page_tails(c)
+        args, scales = c.args, {}
+        ref_out, ref_lse = reference_of(c)
+        out_tol, lse_tol = output_tolerance(c, ref_out, torch.bfloat16), lse_tolerance(c, ref_lse)
+    else:
+        args = _fp8_args(lengths, hq, hkv, page, kv, torch.bfloat16, seed=splits)
+        scales = dict(k_scale=0.05, v_scale=0.3)
+        ref_out, ref_lse = reference_dense(*args, **scales)
+        out_tol = args_output_tolerance(args, ref_out, **scales)
+        lse_tol = feature_lse_tolerance(args, ref_lse, **scales)
+        if tensor_scales:
+            scales = {k: torch.tensor(v, device="cuda") for k, v in scales.items()}
+    out = torch.full_like(args[0], float("nan"))
+    lse = torch.full(args[0].shape[:-1], float("nan"), dtype=torch.float32, device="cuda")
+    gluon_single.decode_single_gluon(*args, 128**-0.5, out, lse, splits=splits, **scales)
+    assert max_err(out, ref_out) <= out_tol
+    assert lse_err(lse, ref_lse) <= lse_tol
+    empty = args[3] == 0
+    assert (out[empty] == 0).all() and (lse[empty] == float("-inf")).all()
 
 
 @needs_gpu

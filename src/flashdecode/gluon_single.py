@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 from . import triton_common
-from .launcher import launch
+from .launcher import launch, workspace
 from .triton_common import (
     LN2,
     LOG2E,
@@ -126,13 +126,13 @@ if gluon is not None:
 
     @gluon.jit
     def _decode_single_gluon_kernel(
-        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, qk_scale, K_SCALE, V_SCALE, num_q_heads, table_tokens,
+        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, O_PART, LSE_PART, qk_scale, K_SCALE, V_SCALE, num_q_heads, table_tokens,
         stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sl,
         stride_btb, stride_btp, stride_ob, stride_oh,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
         STAGES: gl.constexpr, SAME_STRIDES: gl.constexpr, WRITE_LSE: gl.constexpr, USE_PDL: gl.constexpr,
         Q_REGS: gl.constexpr = True, DEFER_SUM: gl.constexpr = True, KV_FP8: gl.constexpr = False,
-        SCALE_PTR: gl.constexpr = False, V_PERM: gl.constexpr = False,
+        SCALE_PTR: gl.constexpr = False, V_PERM: gl.constexpr = False, SPLITS: gl.constexpr = 1,
     ):  # fmt: skip
         # layouts: the MMA's accumulator (4 warps along its columns: the tokens of s, the head dim of acc), its A and
         # B operands, q's [16, D] rows and the 16-bit tiles' (8 elements = 16 bytes a thread), the gather's [BLOCK_N, D]
@@ -158,6 +158,13 @@ if gluon is not None:
             # chained calls: the previous kernel has finished before the first load
             gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
         end = gl.load(SEQLENS + seq * stride_sl)
+        first = 0
+        if SPLITS > 1:
+            # split program_id(2) of SPLITS walks tokens [first, end): equal chunks of whole steps, the last ones
+            # shorter or empty (first past the length: no step, a partial of l = 0 that the merge weighs 0)
+            chunk = gl.cdiv(gl.cdiv(end, SPLITS), BLOCK_N) * BLOCK_N
+            first = gl.program_id(2) * chunk
+            end = gl.minimum(end, first + chunk)
         table_row = BLOCK_TABLE + seq.to(gl.int64) * stride_btb
         K = K + kv_head.to(gl.int64) * stride_kh
         V = V + kv_head.to(gl.int64) * stride_vh
@@ -196,7 +203,7 @@ if gluon is not None:
         # prologue: steps 0 .. STAGES - 2 in flight (a copy group each, zeros past the end); their page ids masked by
         # the table's width only, so that they load beside the length (ids past the length are never dereferenced)
         for j in gl.static_range(STAGES - 1):
-            tok = j * BLOCK_N + offs_t
+            tok = first + j * BLOCK_N + offs_t
             pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < table_tokens, other=0)
             _issue(k_ring.index(j), K, pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
             if SAME_STRIDES:
@@ -205,7 +212,7 @@ if gluon is not None:
                 _issue(v_ring.index(j), V, pages, tok, end, stride_vp, stride_vt, offs_d, PAGE_SIZE)
             async_copy.commit_group()
         # the page ids a step ahead of the copies
-        tok = (STAGES - 1) * BLOCK_N + offs_t
+        tok = first + (STAGES - 1) * BLOCK_N + offs_t
         next_pages = gl.load(table_row + (tok.to(gl.uint32) // PAGE_SIZE) * stride_btp, mask=tok < end, other=0)
 
         m_i = gl.full([16], float("-inf"), gl.float32, rows_l)  # running max (log2 units)
@@ -215,13 +222,13 @@ if gluon is not None:
         l_cols = gl.zeros([16, BLOCK_N], gl.float32, mma)
         acc = gl.zeros([16, HEAD_DIM], gl.float32, mma)  # unnormalised output
         offs_n = gl.arange(0, BLOCK_N, layout=cols_l)
-        for i in range(0, gl.cdiv(end, BLOCK_N)):
+        for i in range(0, gl.cdiv(end - first, BLOCK_N)):
             # step i's group has landed once at most STAGES - 2 are outstanding; the barrier shows every thread's
             # copies to all and frees the buffer that step i - 1 read, which step i + STAGES - 1 now fills
             async_copy.wait_group(STAGES - 2)
             gl.thread_barrier()
             ahead = i + STAGES - 1
-            tok = ahead * BLOCK_N + offs_t
+            tok = first + ahead * BLOCK_N + offs_t
             _issue(k_ring.index(ahead % STAGES), K, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
             if SAME_STRIDES:
                 _issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_kp, stride_kt, offs_d, PAGE_SIZE)
@@ -249,7 +256,7 @@ if gluon is not None:
             if KV_FP8:
                 qa = q_a4
             s = mma_v2(qa, k_t, gl.zeros([16, BLOCK_N], gl.float32, mma)) * qk_scale
-            s = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
+            s = gl.where((first + i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
             alpha = gl.exp2(m_i - m_new)
             p = gl.exp2(s - m_new[:, None])
@@ -296,11 +303,20 @@ if gluon is not None:
             # [D / 32, 8, 4] to [4, D / 32, 8] (n = c * 32 + a * 8 + b for the physical column a * 32 + b * 4 + c)
             offs_do = ((offs_do >> 3) & 3) * 32 + (offs_do & 7) * 4 + (offs_do >> 5)
         heads = kv_head * GROUP + offs_ho
-        o_rows = seq.to(gl.int64) * stride_ob + heads.to(gl.int64) * stride_oh
-        gl.store(OUT + o_rows[:, None] + offs_do[None, :], out.to(OUT.dtype.element_ty), mask=(offs_ho < GROUP)[:, None])
-        if WRITE_LSE:
+        if SPLITS > 1:
+            # the split's partial (fp32, normalised) and its LSE (natural log) at row (seq * SPLITS + split) * Hq +
+            # head of triton_splitk's fixed-split workspace, which its combine kernel merges
             lse = gl.where(empty, float("-inf"), (m_i + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
-            gl.store(LSE + seq.to(gl.int64) * num_q_heads + heads, lse, mask=offs_ho < GROUP)
+            p_rows = (seq * SPLITS + gl.program_id(2)).to(gl.int64) * num_q_heads + heads
+            gl.store(O_PART + p_rows[:, None] * HEAD_DIM + offs_do[None, :], out, mask=(offs_ho < GROUP)[:, None])
+            gl.store(LSE_PART + p_rows, lse, mask=offs_ho < GROUP)
+        else:
+            o_rows = seq.to(gl.int64) * stride_ob + heads.to(gl.int64) * stride_oh
+            gl.store(OUT + o_rows[:, None] + offs_do[None, :], out.to(OUT.dtype.element_ty),
+                     mask=(offs_ho < GROUP)[:, None])  # fmt: skip
+            if WRITE_LSE:
+                lse = gl.where(empty, float("-inf"), (m_i + gl.log2(gl.where(empty, 1.0, l_i))) * LN2)
+                gl.store(LSE + seq.to(gl.int64) * num_q_heads + heads, lse, mask=offs_ho < GROUP)
 
 
 def supports(q, k_cache, v_cache, cache_seqlens, block_table, features=None) -> bool:
@@ -359,9 +375,9 @@ def pays(programs: int, num_sms: int | None, group: int, kv_fp8: bool = False) -
 
 def decode_single_gluon(
     q, k_cache, v_cache, cache_seqlens, block_table, softmax_scale, out, lse=None, stages=None, block_n=None,
-    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=None, maxnreg=None,
+    q_regs=True, defer_sum=True, k_scale=1.0, v_scale=1.0, v_perm=None, maxnreg=None, splits=1,
 ):  # fmt: skip
-    """Launch the Gluon single pass (``supports`` must hold).
+    """Launch the Gluon single pass (``supports`` must hold), or with splits > 1 flash-decoding on it.
 
     Args:
         q: [B, Hq, 128] fp16/bf16. k_cache, v_cache: [num_pages, page_size, Hkv, 128] of q's dtype, or both of
@@ -384,6 +400,10 @@ def decode_single_gluon(
             192 x 1024 12/2 34.36 -> 32.58, 256 x 256 12/2 13.11 -> 12.28.
         maxnreg: a cap on the registers a thread, 128 letting 4 programs share a SM; 0: the compiler's choice;
             None: FP8_MAXNREG for fp8, else 0.
+        splits: S > 1 programs a sequence and KV head, each over an equal chunk of whole steps, writing fp32
+            partials and their LSEs into triton_splitk's fixed-split workspace ([B * S, Hq, 128], [B * S, Hq]);
+            ``triton_splitk.launch_combine`` then merges them into out / lse (a second launch, PDL-chained).
+            EXPERIMENTAL (session #16): not taken by ``decode_single`` or the plan.
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
@@ -410,9 +430,15 @@ def decode_single_gluon(
     for name, t in (("k_scale", k_scale), ("v_scale", v_scale)) if scale_ptr else ():
         ok = t.dtype == torch.float32 and t.numel() == 1 and t.device == q.device
         assert ok, f"{name}: a 1-element fp32 tensor on {q.device}, not {t.dtype} {tuple(t.shape)} on {t.device}"
+    assert splits >= 1, f"splits {splits}: 1 or more"
+    if splits > 1:
+        o_part = workspace((batch * splits, num_q_heads, head_dim), torch.float32, q.device)
+        lse_part = workspace((batch * splits, num_q_heads), torch.float32, q.device)
+    else:
+        o_part = lse_part = out  # read by no program
     launch(
-        _decode_single_gluon_kernel, (batch, num_kv_heads),
-        q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out,
+        _decode_single_gluon_kernel, (batch, num_kv_heads, splits),
+        q, k_cache, v_cache, cache_seqlens, block_table, out, lse if lse is not None else out, o_part, lse_part,
         qk_scale=softmax_scale * LOG2E, K_SCALE=k_scale if scale_ptr else float(k_scale),
         V_SCALE=v_scale if scale_ptr else float(v_scale), num_q_heads=num_q_heads,
         table_tokens=block_table.shape[1] * page_size,
@@ -423,7 +449,15 @@ def decode_single_gluon(
         GROUP=num_q_heads // num_kv_heads, HEAD_DIM=head_dim, PAGE_SIZE=page_size, BLOCK_N=block_n, STAGES=stages,
         SAME_STRIDES=(stride_kp, stride_kt) == (stride_vp, stride_vt), WRITE_LSE=lse is not None, USE_PDL=chain,
         Q_REGS=bool(q_regs), DEFER_SUM=bool(defer_sum), KV_FP8=fp8, SCALE_PTR=scale_ptr, V_PERM=bool(v_perm),
+        SPLITS=splits,
         num_warps=4, **({"maxnreg": maxnreg} if maxnreg else {}),
         **({"launch_pdl": True} if chain else {}),
     )  # fmt: skip
+    if splits > 1:
+        from .triton_splitk import launch_combine  # triton_splitk imports triton_single, which imports this module
+
+        # fixed mode reads no plan; the combine waits for the partials under PDL
+        plan = workspace((1,), torch.int32, q.device)
+        launch_combine(o_part, lse_part, out, lse, plan, batch * splits, splits, pdl=use_pdl(q.device),
+                       num_sms=torch.cuda.get_device_properties(q.device).multi_processor_count)  # fmt: skip
     return out, lse
