@@ -306,9 +306,9 @@ def test_fp8_cache(fp8, q_dtype, hq, hkv, page, stages, block_n, tensor_scales, 
     assert (out[empty] == 0).all() and (lse[empty] == float("-inf")).all()
 
 
-def _fp8_args(lengths, hq, hkv, page, fp8, q_dtype, seed):
+def _fp8_args(lengths, hq, hkv, page, fp8, q_dtype, seed, device="cuda"):
     """A ragged fp8 case (k_fp8 = k / 0.05, v_fp8 = v / 0.3) with NaN in unused pages and past each length."""
-    c = case(lengths, hq, hkv, 128, page, torch.float32, "cuda", seed=seed)
+    c = case(lengths, hq, hkv, 128, page, torch.float32, device, seed=seed)
     poison_page_tails(c)
     dtype = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fp8]
     return (c.q.to(q_dtype), (c.k_cache / 0.05).to(dtype), (c.v_cache / 0.3).to(dtype), c.cache_seqlens, c.block_table)
@@ -421,6 +421,79 @@ def test_plan_takes_it_for_an_fp8_cache(monkeypatch):
     assert calls and calls[0]["k_scale"] == 0.05 and calls[0]["v_scale"] == 0.3, (plan, calls)
     ref_out, _ = reference_dense(*args, k_scale=0.05, v_scale=0.3)
     assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
+
+
+def _meta_call(batch, length, hq, hkv, dtype=torch.float8_e4m3fn):
+    """(q, k_cache, lengths, table) of an even batch, the cache uninitialised (a plan reads its metadata only)."""
+    pages = batch * length // 16
+    k = torch.empty(pages, 16, hkv, 128, dtype=dtype)
+    lens = torch.full((batch,), length, dtype=torch.int32)
+    return torch.empty(batch, hq, 128, dtype=torch.bfloat16), k, lens, torch.arange(pages, dtype=torch.int32).view(batch, -1)
+
+
+def test_plan_gives_even_fp8_splits_to_the_gluon_pass(monkeypatch):
+    """On a 132-SM GPU (faked, the kernel's support reduced to ``fits``) the plan runs an fp8 cache's even split
+    batches on the Gluon pass with S the power of two at or below 4 programs a SM (gsplit-6b09e9b's rows), and leaves
+    a bf16 cache, uneven lengths, a window, too many pairs or too few programs to the tl kernels."""
+    from flashdecode import api, plan
+
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 132)
+    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    for shape, splits in (((1, 131072, 32, 8), 64), ((1, 65536, 12, 2), 256), ((4, 16384, 12, 2), 64),
+                          ((8, 8192, 32, 8), 8)):  # fmt: skip
+        p = plan_decode(*_meta_call(*shape))
+        assert p.gluon and (p.backend, p.num_splits) == ("triton_splitk", splits), (shape, p)
+    assert not plan_decode(*_meta_call(1, 131072, 32, 8, torch.bfloat16)).gluon
+    q, k, lens, table = _meta_call(2, 65536, 32, 8)
+    assert plan_decode(q, k, lens, table).gluon
+    assert not plan_decode(q, k, torch.tensor([65536, 30000], dtype=torch.int32), table).gluon  # uneven
+    assert not plan_decode(q, k, lens, table, window_left=4096).gluon
+    assert not plan_decode(*_meta_call(16, 8192, 32, 8)).gluon  # 128 pairs: unmeasured
+    assert not plan_decode(*_meta_call(2, 8192, 12, 2)).gluon  # 32 splits of 256 tokens: 128 programs
+    monkeypatch.setattr(plan, "GLUON_FP8_SPLITS", False)
+    assert not plan_decode(*_meta_call(1, 131072, 32, 8)).gluon
+    with pytest.raises(ValueError, match="gluon"):
+        plan.DecodePlan("triton", 1, False, "", (), gluon=True)
+
+
+def test_a_gluon_plan_falls_back_where_the_call_is_not_supported(monkeypatch):
+    """A plan made for the Gluon pass, called where it cannot run (here the CPU interpreter; on a GPU, token-major V
+    pages, which the plan does not see), runs triton_splitk's fixed splits instead: the float64 reference's output."""
+    from flashdecode import api, plan
+
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
+    monkeypatch.setattr(plan, "GLUON_SPLIT_MIN_TOKENS", 16)
+    args = _fp8_args([700, 700], 4, 2, 16, "e4m3", torch.bfloat16, seed=3, device="cpu")
+    real = gluon_single.supports
+    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    p = plan_decode(args[0], args[1], args[3], args[4])
+    assert p.gluon and p.num_splits == 4, p
+    monkeypatch.setattr(gluon_single, "supports", real)
+    out, lse = decode_attention(*args, plan=p, k_scale=0.05, v_scale=0.3, return_lse=True)
+    ref_out, ref_lse = reference_dense(*args, k_scale=0.05, v_scale=0.3)
+    assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
+    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
+
+
+@needs_gpu
+def test_plan_runs_even_fp8_splits_on_the_gluon_pass(monkeypatch):
+    """1 x 16384 32/8 e4m3 on the H200: the plan takes 64 Gluon splits (counted), merged to the float64 reference."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    args = _fp8_args([16384], 32, 8, 16, "e4m3", torch.bfloat16, seed=4)
+    calls = []
+    real = gluon_single.decode_single_gluon
+    monkeypatch.setattr(gluon_single, "decode_single_gluon", lambda *a, **k: calls.append(k) or real(*a, **k))
+    from flashdecode import launcher
+
+    launcher.clear()
+    p = plan_decode(args[0], args[1], args[3], args[4])
+    assert p.gluon and p.num_splits == min(64, 1 << (4 * sms // 8).bit_length() - 1), p
+    out, lse = decode_attention(*args, plan=p, k_scale=0.05, v_scale=0.3, return_lse=True)
+    assert calls and calls[0]["splits"] == p.num_splits, calls
+    ref_out, ref_lse = reference_dense(*args, k_scale=0.05, v_scale=0.3)
+    assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
+    assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
+    launcher.clear()
 
 
 @needs_gpu

@@ -286,6 +286,8 @@ def decode_attention(
                 plan_kwargs["in_order"] = True
             if plan.len_hint:
                 plan_kwargs["len_hint"] = plan.len_hint
+            if plan.gluon:
+                plan_kwargs["gluon"] = True
         if name.startswith("triton") and not (q.is_cuda or _kernels()[0].interpreting()):
             raise ValueError(
                 f"backend {name!r} needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors), got device {q.device}"
@@ -426,9 +428,19 @@ def _run_triton(
 
 def _run_triton_splitk(
     q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, features, num_splits, counters=None,
-    long_tile=False, table=None, len_hint=0,
+    long_tile=False, table=None, len_hint=0, gluon=False,
 ):  # fmt: skip
     splitk = _kernels()[2]
+    if gluon:
+        # a plan's fixed splits on the Gluon pass (plan.GLUON_FP8_SPLITS), where it computes the call
+        from . import gluon_single
+
+        if gluon_single.supports(q, k_cache, v_cache, cache_seqlens, block_table, features):
+            scales = dict(k_scale=features.k_scale, v_scale=features.v_scale) if features.kv_fp8 else {}
+            gluon_single.decode_single_gluon(
+                q, k_cache, v_cache, cache_seqlens, block_table, scale, out, lse, splits=num_splits, **scales
+            )  # fmt: skip
+            return
     split_tokens = None
     dual_path = num_splits is DUAL_PATH
     if num_splits is DETERMINISTIC:

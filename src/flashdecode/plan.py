@@ -103,6 +103,18 @@ GROUPED_MID_MIN_TILES = 2
 # of a power of two tiles, made equal a sequence and ordered longest first on the device since ef2f631, with a
 # planner launch) or, where the shapes pick the single pass, a single pass in sequence order. False: off
 HOST_TABLE = True
+# an fp8 cache's even batch that the plan splits takes fixed splits of the Gluon pass (gluon_single, splits > 1:
+# 64-token steps, V by v_perm, partials merged by triton_splitk's combine), S the power of two at or below
+# GLUON_SPLIT_PROGRAMS_PER_SM programs a SM, each split at least GLUON_SPLIT_MIN_TOKENS tokens, for batches of at most
+# GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs whose grid still has 2 programs a SM (the measured grids had 3.9-7.8). H200, e4m3, graph µs, the plan (tl fp8 tile's
+# splits) -> Gluon splits (h200-2026-11-30/gsplit-6b09e9b): 1 x 131072 32/8 81.39 -> 67.67 (S 64; bf16 124.49, so
+# 1.84x), 1 x 65536 12/2 17.66 -> 14.59 (S 256, 256-token splits), 4 x 16384 12/2 16.62 -> 14.06 (S 64), 8 x 8192
+# 32/8 43.88 -> 41.34 (S 16; the rule gives 8, not measured). Fewer programs lose: S 16 on 1 x 131072 109.63, on
+# 1 x 65536 54.01. False: off
+GLUON_FP8_SPLITS = True
+GLUON_SPLIT_PROGRAMS_PER_SM = 4
+GLUON_SPLIT_MIN_TOKENS = 256
+GLUON_SPLIT_MAX_PAIRS = 64
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,6 +141,9 @@ class DecodePlan:
         len_hint: fixed splits without a window: the length every sequence had when planned (0: they differed), from
             which each split program finds its first page ids before it has read its sequence's length
             (``triton_splitk.decode_splitk(len_hint=...)``).
+        gluon: the fixed splits run on the Gluon pass (``gluon_single.decode_single_gluon(splits=...)``: an fp8
+            cache's even batches, ``GLUON_FP8_SPLITS``) where the call's tensors are ones it supports, else on
+            ``triton_splitk``'s kernels.
     """
 
     backend: str
@@ -141,10 +156,11 @@ class DecodePlan:
     table: torch.Tensor | None = None
     in_order: bool = False
     len_hint: int = 0
+    gluon: bool = False
 
     def __repr__(self):
         # the choice and why; the shapes tuple and the tensors (counters, table) by their size only
-        extras = [f"{name}=True" for name in ("dual_path", "long_tile", "in_order") if getattr(self, name)]
+        extras = [f"{name}=True" for name in ("dual_path", "long_tile", "in_order", "gluon") if getattr(self, name)]
         extras += [f"len_hint={self.len_hint}"] if self.len_hint else []
         extras += [f"{name}=<{t.numel()} {str(t.dtype).replace('torch.', '')}>"
                    for name, t in (("counters", self.counters), ("table", self.table)) if isinstance(t, torch.Tensor)]
@@ -189,6 +205,9 @@ class DecodePlan:
             )
         if self.in_order and (self.backend, self.num_splits) != ("triton", 1):
             raise ValueError(f"DecodePlan: in_order is for the single pass (got {self.backend!r}, {self.num_splits})")
+        if self.gluon and (self.backend != "triton_splitk" or (self.num_splits or 0) < 2 or self.dual_path):
+            raise ValueError(f"DecodePlan: gluon is for fixed splits of triton_splitk (got {self.backend!r}, "
+                             f"num_splits {self.num_splits})")  # fmt: skip
 
     def check(self, shapes: tuple) -> None:
         """Raise ValueError when a call's shapes differ from those the plan was made for."""
@@ -330,6 +349,10 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     k = splitk.fixed_split_count(max(counts), chunk, cfg, batch * num_kv_heads * head_blocks, sms)
     if k <= 1:
         return single("one chunk a sequence: the single pass")
+    gluon_k = _gluon_splits(q_in, k_view, features, visible, num_kv_heads, sms) if kv_itemsize == 1 else 0
+    if gluon_k:
+        reason = f"{gluon_k} fixed splits of the Gluon fp8 pass, merged by the combine"
+        return DecodePlan("triton_splitk", gluon_k, False, reason, shapes, gluon=True)
     reason = f"up to {k} chunks a sequence: {k} fixed splits" + (" of the long fp8 tile" if long else "")
     programs = batch * num_kv_heads * head_blocks * k
     mha_tile = splitk.mha_long_tile(cfg["BLOCK_D"], q_len * group) if tile == "mha" and kv_itemsize == 2 else None
@@ -355,6 +378,23 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         reason += ", merged in the last split program"
     return DecodePlan(name, k, False, reason, shapes, counters, long, len_hint=hint)
+
+
+def _gluon_splits(q, k_cache, features, visible, num_kv_heads, num_sms) -> int:
+    """The Gluon pass's fixed splits for an fp8 cache's batch of equal visible lengths (``GLUON_FP8_SPLITS``), or 0:
+    the power of two at or below GLUON_SPLIT_PROGRAMS_PER_SM programs a SM and one split a GLUON_SPLIT_MIN_TOKENS
+    tokens, for at most GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs, and only if that is 2 programs a SM or more. K's layout stands in
+    for V's, which the plan does not see (the call checks V, ``api._run_triton_splitk``)."""
+    from . import gluon_single
+
+    pairs = len(visible) * num_kv_heads
+    if not GLUON_FP8_SPLITS or len(set(visible)) != 1 or not 0 < pairs <= GLUON_SPLIT_MAX_PAIRS:
+        return 0
+    if not gluon_single.supports(q, k_cache, k_cache, None, None, features):
+        return 0
+    target = min(GLUON_SPLIT_PROGRAMS_PER_SM * num_sms // pairs, visible[0] // GLUON_SPLIT_MIN_TOKENS)
+    splits = 1 << (target.bit_length() - 1) if target > 0 else 0
+    return splits if splits >= 2 and splits * pairs >= 2 * num_sms else 0
 
 
 def _table_plan(splitk, cfg, saturation, long, visible, q, num_kv_heads, head_blocks, num_sms, shapes) -> DecodePlan:
