@@ -475,6 +475,35 @@ def test_a_gluon_plan_falls_back_where_the_call_is_not_supported(monkeypatch):
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
 
 
+def test_a_gluon_plan_calls_the_split_pass_with_the_call_tensors(monkeypatch):
+    """The wiring of a Gluon plan, on the CPU with the kernel stubbed (its numerics are the GPU tests'): the call's
+    q / caches / lengths / table / out / lse, its softmax scale, the plan's splits and the call's fp8 scales reach
+    ``decode_single_gluon``, and what it writes is the call's result."""
+    from flashdecode import api, launcher, plan
+
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
+    monkeypatch.setattr(plan, "GLUON_SPLIT_MIN_TOKENS", 16)
+    monkeypatch.setattr(launcher, "ENABLED", False)
+    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    args = _fp8_args([700, 700], 4, 2, 16, "e4m3", torch.bfloat16, seed=3, device="cpu")
+    p = plan_decode(args[0], args[1], args[3], args[4])
+    calls = []
+
+    def stub(*a, **k):
+        calls.append((a, k))
+        a[6].fill_(7.0)
+        a[7].fill_(3.0)
+        return a[6], a[7]
+
+    monkeypatch.setattr(gluon_single, "decode_single_gluon", stub)
+    k_scale = torch.tensor(0.05)
+    out, lse = decode_attention(*args, plan=p, k_scale=k_scale, v_scale=0.3, softmax_scale=0.2, return_lse=True)
+    (a, k), = calls
+    assert all(x is y for x, y in zip(a[:5], args)) and a[5] == 0.2 and a[6] is out and a[7] is lse
+    assert k["splits"] == p.num_splits == 4 and k["k_scale"] is k_scale and k["v_scale"] == 0.3
+    assert (out == 7.0).all() and (lse == 3.0).all()
+
+
 @needs_gpu
 def test_plan_runs_even_fp8_splits_on_the_gluon_pass(monkeypatch):
     """1 x 16384 32/8 e4m3 on the H200: the plan takes 64 Gluon splits (counted), merged to the float64 reference."""

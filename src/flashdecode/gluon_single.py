@@ -403,7 +403,9 @@ def decode_single_gluon(
         splits: S > 1 programs a sequence and KV head, each over an equal chunk of whole steps, writing fp32
             partials and their LSEs into triton_splitk's fixed-split workspace ([B * S, Hq, 128], [B * S, Hq]);
             ``triton_splitk.launch_combine`` then merges them into out / lse (a second launch, PDL-chained).
-            EXPERIMENTAL (session #16): not taken by ``decode_single`` or the plan.
+            ``plan_decode`` takes it for an fp8 cache's even split batches (``plan.GLUON_FP8_SPLITS``). H200, e4m3,
+            graph µs, the plan's tl splits -> this (h200-2026-11-30/gsplit-6b09e9b): 1 x 131072 32/8 81.39 -> 67.67
+            (S 64), 1 x 65536 12/2 17.66 -> 14.59 (S 256), 4 x 16384 12/2 16.62 -> 14.06 (S 64).
     """
     batch, num_q_heads, head_dim = q.shape
     _, page_size, num_kv_heads, _ = k_cache.shape
