@@ -19,7 +19,7 @@ TESTS = "tests/test_gluon_single.py"
 # (name, text in gluon_single.py, its replacement, what the tests should see[, the -k of the GPU tests that must see
 # it: a mutation the CPU tests also catch proves nothing of the GPU tests otherwise])
 MUTATIONS = [
-    ("no length mask on s", 's = gl.where((i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))', "s = s",
+    ("no length mask on s", 's = gl.where((first + i * BLOCK_N + offs_n < end)[None, :], s, float("-inf"))', "s = s",
      "zero-filled rows past a length enter the softmax sum"),
     ("no rescale of acc", "v, acc * alpha[:, None])", "v, acc)", "the output of a changed running max is off"),
     ("V read with K's strides", "_issue(v_ring.index(ahead % STAGES), V, next_pages, tok, end, stride_vp, stride_vt,",
@@ -36,12 +36,14 @@ MUTATIONS = [
     ("fp8: v_scale dropped", "out = out * V_SCALE", "out = out", "an fp8 cache's output misses its scale"),
     ("fp8: tensor k_scale dropped", "qk_scale = qk_scale * gl.load(K_SCALE)", "qk_scale = qk_scale",
      "scores miss a device-tensor k_scale"),
-    ("fp8: tensor v_scale dropped", "out = out * gl.load(V_SCALE)", "out = out", "the output misses a device-tensor v_scale"),
+    ("fp8: tensor v_scale dropped", "out = out * gl.load(V_SCALE)", "out = out",
+     "the output misses a device-tensor v_scale"),
     ("fp8: q not saturated", "q = gl.minimum(gl.maximum(q.to(gl.float32), -65504.0), 65504.0).to(gl.float16)",
      "q = q.to(gl.float16)", "q past fp16's range becomes inf, the softmax NaN"),
-    ("fp8 v_perm: output columns not un-permuted", "offs_do = ((offs_do >> 3) & 3) * 32 + (offs_do & 7) * 4 + (offs_do >> 5)",
-     "offs_do = offs_do", "v_perm's head-dim columns land permuted"),
-    ("fp8: the plan's gate shut", "GLUON_FP8_MIN_PER_SM = 2.5", "GLUON_FP8_MIN_PER_SM = 100.0",
+    ("fp8 v_perm: output columns not un-permuted",
+     "offs_do = ((offs_do >> 3) & 3) * 32 + (offs_do & 7) * 4 + (offs_do >> 5)", "offs_do = offs_do",
+     "v_perm's head-dim columns land permuted"),
+    ("fp8: the plan's gate shut", "GLUON_FP8_MIN_PER_SM = 1.4", "GLUON_FP8_MIN_PER_SM = 100.0",
      "the planned fp8 call no longer reaches the kernel", "plan_takes_it_for_an_fp8_cache"),
 ]
 

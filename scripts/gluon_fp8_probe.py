@@ -41,7 +41,8 @@ ROWS = [(64, 4096, 32, 8), (128, 2048, 32, 8), (256, 256, 12, 2), (512, 1024, 12
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="", help="B,L,Hq,Hkv;... instead of ROWS")
-    ap.add_argument("--variants", default="g32x2", help="gNxS[p][r][/sK]: N tokens a step, S ring buffers, p v_perm, r 128 registers, K splits")
+    ap.add_argument("--variants", default="g32x2",
+                    help="gNxS[p][r][/sK]: N tokens a step, S ring buffers, p v_perm, r 128 registers, K splits")
     args = ap.parse_args()
     rows = probe_rows(args.rows, ROWS)
     sms = torch.cuda.get_device_properties(0).multi_processor_count

@@ -230,6 +230,20 @@ def test_compiles_for_sm90_with_four_programs_a_sm():
     assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-3000:]
 
 
+def test_break_script_mutations_are_in_the_kernel_source():
+    """scripts/break_gluon.py's mutations (run on the GPU) each name text that gluon_single.py still holds: a
+    constant or line changed since would make the script stop at that mutation."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("break_gluon", os.path.join(root, "scripts", "break_gluon.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    source = script.SRC.read_text()
+    missing = [name for name, old, *_ in script.MUTATIONS if old not in source]
+    assert not missing and len(script.MUTATIONS) >= 13, missing
+
+
 def _check(c, dtype=torch.bfloat16, out=None, **kwargs):
     """decode_single forced onto the Gluon kernel (NaN-filled out) against the float64 reference, output and LSE;
     with kwargs (stages, block_n), decode_single_gluon itself."""
@@ -428,7 +442,8 @@ def _meta_call(batch, length, hq, hkv, dtype=torch.float8_e4m3fn):
     pages = batch * length // 16
     k = torch.empty(pages, 16, hkv, 128, dtype=dtype)
     lens = torch.full((batch,), length, dtype=torch.int32)
-    return torch.empty(batch, hq, 128, dtype=torch.bfloat16), k, lens, torch.arange(pages, dtype=torch.int32).view(batch, -1)
+    table = torch.arange(pages, dtype=torch.int32).view(batch, -1)
+    return torch.empty(batch, hq, 128, dtype=torch.bfloat16), k, lens, table
 
 
 def test_plan_gives_even_fp8_splits_to_the_gluon_pass(monkeypatch):

@@ -126,7 +126,8 @@ if gluon is not None:
 
     @gluon.jit
     def _decode_single_gluon_kernel(
-        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, O_PART, LSE_PART, qk_scale, K_SCALE, V_SCALE, num_q_heads, table_tokens,
+        Q, K, V, SEQLENS, BLOCK_TABLE, OUT, LSE, O_PART, LSE_PART, qk_scale, K_SCALE, V_SCALE, num_q_heads,
+        table_tokens,
         stride_qb, stride_qh, stride_kp, stride_kt, stride_kh, stride_vp, stride_vt, stride_vh, stride_sl,
         stride_btb, stride_btp, stride_ob, stride_oh,
         GROUP: gl.constexpr, HEAD_DIM: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
@@ -418,7 +419,8 @@ def decode_single_gluon(
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
     v_perm = fp8 and block_n >= 32 if v_perm is None else v_perm
-    assert not v_perm or (fp8 and 32 <= block_n <= 128), f"v_perm: fp8, 32-128 tokens a step, not {k_cache.dtype} x {block_n}"
+    ok = not v_perm or (fp8 and 32 <= block_n <= 128)
+    assert ok, f"v_perm: fp8, 32-128 tokens a step, not {k_cache.dtype} x {block_n}"
     assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"
     # the ring, and an fp8 cache's fp16 staging tile for V
     ring_bytes = 2 * stages * block_n * head_dim * k_cache.element_size()

@@ -106,11 +106,12 @@ HOST_TABLE = True
 # an fp8 cache's even batch that the plan splits takes fixed splits of the Gluon pass (gluon_single, splits > 1:
 # 64-token steps, V by v_perm, partials merged by triton_splitk's combine), S the power of two at or below
 # GLUON_SPLIT_PROGRAMS_PER_SM programs a SM, each split at least GLUON_SPLIT_MIN_TOKENS tokens, for batches of at most
-# GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs whose grid still has 2 programs a SM (the measured grids had 3.9-7.8). H200, e4m3, graph µs, the plan (tl fp8 tile's
-# splits) -> Gluon splits (h200-2026-11-30/gsplit-6b09e9b): 1 x 131072 32/8 81.39 -> 67.67 (S 64; bf16 124.49, so
-# 1.84x), 1 x 65536 12/2 17.66 -> 14.59 (S 256, 256-token splits), 4 x 16384 12/2 16.62 -> 14.06 (S 64), 8 x 8192
-# 32/8 43.88 -> 41.34 (S 16; the rule gives 8, not measured). Fewer programs lose: S 16 on 1 x 131072 109.63, on
-# 1 x 65536 54.01. False: off
+# GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs whose grid still has 2 programs a SM (the measured grids had
+# 3.9-7.8). H200, e4m3, graph µs, the plan (tl fp8 tile's splits) -> Gluon splits (h200-2026-11-30/gsplit-6b09e9b,
+# the kernel called directly; the plan's routing not yet run on a GPU): 1 x 131072 32/8 81.39 -> 67.67 (S 64; bf16
+# 124.49, so 1.84x), 1 x 65536 12/2 17.66 -> 14.59 (S 256, 256-token splits), 4 x 16384 12/2 16.62 -> 14.06 (S 64),
+# 8 x 8192 32/8 43.88 -> 41.34 (S 16; the rule gives 8, not measured). Fewer programs lose: S 16 on 1 x 131072
+# 109.63, on 1 x 65536 54.01. False: off
 GLUON_FP8_SPLITS = True
 GLUON_SPLIT_PROGRAMS_PER_SM = 4
 GLUON_SPLIT_MIN_TOKENS = 256
@@ -383,8 +384,8 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
 def _gluon_splits(q, k_cache, features, visible, num_kv_heads, num_sms) -> int:
     """The Gluon pass's fixed splits for an fp8 cache's batch of equal visible lengths (``GLUON_FP8_SPLITS``), or 0:
     the power of two at or below GLUON_SPLIT_PROGRAMS_PER_SM programs a SM and one split a GLUON_SPLIT_MIN_TOKENS
-    tokens, for at most GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs, and only if that is 2 programs a SM or more. K's layout stands in
-    for V's, which the plan does not see (the call checks V, ``api._run_triton_splitk``)."""
+    tokens, for at most GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs, and only if that is 2 programs a SM or more.
+    K's layout stands in for V's, which the plan does not see (the call checks V, ``api._run_triton_splitk``)."""
     from . import gluon_single
 
     pairs = len(visible) * num_kv_heads
