@@ -43,6 +43,12 @@ MUTATIONS = [
     ("fp8 v_perm: output columns not un-permuted",
      "offs_do = ((offs_do >> 3) & 3) * 32 + (offs_do & 7) * 4 + (offs_do >> 5)", "offs_do = offs_do",
      "v_perm's head-dim columns land permuted"),
+    ("splits: every split walks from token 0", "first = gl.program_id(2) * chunk", "first = 0",
+     "the splits repeat the first chunk", "splits"),
+    ("splits: partial LSE in log2 units", "p_rows = (seq * SPLITS", "lse = lse / LN2\n            p_rows = (seq * SPLITS",
+     "the combine weighs the partials wrong", "splits"),
+    ("splits: every split's partial in one row", "p_rows = (seq * SPLITS + gl.program_id(2))", "p_rows = (seq * SPLITS)",
+     "the partials overwrite each other", "splits"),
     ("fp8: the plan's gate shut", "GLUON_FP8_MIN_PER_SM = 1.4", "GLUON_FP8_MIN_PER_SM = 100.0",
      "the planned fp8 call no longer reaches the kernel", "plan_takes_it_for_an_fp8_cache"),
 ]

@@ -76,6 +76,10 @@ def test_direct_calls_check_their_scales():
     for block_n in (16, 256):
         with pytest.raises(AssertionError, match="v_perm"):
             gluon_single.decode_single_gluon(*args, block_n=block_n, v_perm=True)
+    # v_perm left to the default: off past 128 tokens a step (the refusal is then the CPU launch's, not v_perm's)
+    with pytest.raises(Exception) as refused:
+        gluon_single.decode_single_gluon(*args, block_n=256)
+    assert "v_perm" not in str(refused.value)
     with pytest.raises(AssertionError, match="v_perm"):
         gluon_single.decode_single_gluon(c.q, c.k_cache, c.v_cache, *args[3:], v_perm=True)
     with pytest.raises(AssertionError, match="one dtype"):
@@ -414,6 +418,11 @@ def test_splits_merge_to_the_reference(kv, hq, hkv, page, splits, tensor_scales)
     assert lse_err(lse, ref_lse) <= lse_tol
     empty = args[3] == 0
     assert (out[empty] == 0).all() and (lse[empty] == float("-inf")).all()
+    # without an LSE, and for fp8 with V staged as fp16 (v_perm off)
+    staged = dict(v_perm=False, block_n=32) if kv != "bf16" else {}
+    out.fill_(float("nan"))
+    gluon_single.decode_single_gluon(*args, 128**-0.5, out, None, splits=splits, **staged, **scales)
+    assert max_err(out, ref_out) <= out_tol
 
 
 @needs_gpu
@@ -465,10 +474,15 @@ def test_plan_gives_even_fp8_splits_to_the_gluon_pass(monkeypatch):
     assert not plan_decode(q, k, lens, table, window_left=4096).gluon
     assert not plan_decode(*_meta_call(16, 8192, 32, 8)).gluon  # 128 pairs: unmeasured
     assert not plan_decode(*_meta_call(2, 8192, 12, 2)).gluon  # 32 splits of 256 tokens: 128 programs
+    for switch in ("GLUON_MIN_PER_SM", "GLUON_FP8_MIN_PER_SM"):
+        with monkeypatch.context() as m:
+            m.setattr(gluon_single, switch, 0)
+            assert not plan_decode(*_meta_call(1, 131072, 32, 8)).gluon, switch
     monkeypatch.setattr(plan, "GLUON_FP8_SPLITS", False)
     assert not plan_decode(*_meta_call(1, 131072, 32, 8)).gluon
-    with pytest.raises(ValueError, match="gluon"):
-        plan.DecodePlan("triton", 1, False, "", (), gluon=True)
+    for backend, splits, dual in (("triton", 1, False), ("triton_splitk", 1, False), ("triton_splitk", None, True)):
+        with pytest.raises(ValueError, match="gluon"):
+            plan.DecodePlan(backend, splits, dual, "", (), gluon=True)
 
 
 def test_a_gluon_plan_falls_back_where_the_call_is_not_supported(monkeypatch):
@@ -537,6 +551,10 @@ def test_plan_runs_even_fp8_splits_on_the_gluon_pass(monkeypatch):
     ref_out, ref_lse = reference_dense(*args, k_scale=0.05, v_scale=0.3)
     assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
     assert lse_err(lse, ref_lse) <= feature_lse_tolerance(args, ref_lse, k_scale=0.05, v_scale=0.3)
+    # the same call again: the launcher replays the recorded launches (workspaces anew) into a NaN-filled out
+    again = torch.full_like(out, float("nan"))
+    decode_attention(*args, plan=p, k_scale=0.05, v_scale=0.3, out=again)
+    assert max_err(again, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
     launcher.clear()
 
 

@@ -394,13 +394,13 @@ def decode_single_gluon(
         k_scale, v_scale: an fp8 cache's dequantisation scales (k = k_scale * k_fp8), Python floats or 0-d /
             1-element fp32 device tensors (both of one kind); unused for a 16-bit cache.
         v_perm: an fp8 cache's V operand by 4-byte shared loads and a transpose in registers (steps of 32 tokens
-            or more) instead of staging V as fp16 for ``ldmatrix`` (False); None: for fp8 where it applies. V then
+            or more) instead of staging V as fp16 for ``ldmatrix`` (False); None: for fp8 steps of 32-128. V then
             costs 2 shared-memory bytes a cache byte instead of 4, for 283 loop instructions a 32-token step against
             211; H200, e4m3, graph µs, staged -> v_perm, 32 x 2 (h200-2026-11-30/vperm-6359d12, one process):
             64 x 4096 32/8 158.09 -> 148.07, 128 x 2048 32/8 156.32 -> 147.14, 512 x 1024 12/2 81.40 -> 75.74,
             192 x 1024 12/2 34.36 -> 32.58, 256 x 256 12/2 13.11 -> 12.28.
         maxnreg: a cap on the registers a thread, 128 letting 4 programs share a SM; 0: the compiler's choice;
-            None: FP8_MAXNREG for fp8, else 0.
+            None: FP8_MAXNREG for fp8 steps of up to FP8_BLOCK_N tokens, else 0.
         splits: S > 1 programs a sequence and KV head, each over an equal chunk of whole steps, writing fp32
             partials and their LSEs into triton_splitk's fixed-split workspace ([B * S, Hq, 128], [B * S, Hq]);
             ``triton_splitk.launch_combine`` then merges them into out / lse (a second launch, PDL-chained).
@@ -413,12 +413,13 @@ def decode_single_gluon(
     assert head_dim == HEAD_DIM and num_q_heads // num_kv_heads <= MAX_GROUP, "see supports()"
     assert lse is None or lse.is_contiguous(), "lse workspace must be contiguous [B, Hq]"
     fp8 = k_cache.dtype in FP8_DTYPES
-    stages = stages or (FP8_STAGES if fp8 else STAGES)
-    block_n = block_n or (FP8_BLOCK_N if fp8 else BLOCK_N)
-    maxnreg = (FP8_MAXNREG if fp8 else 0) if maxnreg is None else maxnreg
+    stages = (FP8_STAGES if fp8 else STAGES) if stages is None else stages
+    block_n = (FP8_BLOCK_N if fp8 else BLOCK_N) if block_n is None else block_n
+    # the cap where it was measured (longer fp8 steps spill under it)
+    maxnreg = (FP8_MAXNREG if fp8 and block_n <= FP8_BLOCK_N else 0) if maxnreg is None else maxnreg
     assert stages >= 2, f"stages {stages}: the ring needs a buffer to read and one to fill"
     assert block_n >= 16 and block_n & (block_n - 1) == 0, f"block_n {block_n}: a power of two >= 16"
-    v_perm = fp8 and block_n >= 32 if v_perm is None else v_perm
+    v_perm = fp8 and 32 <= block_n <= 128 if v_perm is None else v_perm
     ok = not v_perm or (fp8 and 32 <= block_n <= 128)
     assert ok, f"v_perm: fp8, 32-128 tokens a step, not {k_cache.dtype} x {block_n}"
     assert v_cache.dtype == k_cache.dtype, f"k_cache {k_cache.dtype} and v_cache {v_cache.dtype}: one dtype"

@@ -384,13 +384,16 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
 def _gluon_splits(q, k_cache, features, visible, num_kv_heads, num_sms) -> int:
     """The Gluon pass's fixed splits for an fp8 cache's batch of equal visible lengths (``GLUON_FP8_SPLITS``), or 0:
     the power of two at or below GLUON_SPLIT_PROGRAMS_PER_SM programs a SM and one split a GLUON_SPLIT_MIN_TOKENS
-    tokens, for at most GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs, and only if that is 2 programs a SM or more.
+    tokens, for at most GLUON_SPLIT_MAX_PAIRS (sequence, KV head) pairs, and only if that is 2 programs a SM or more;
+    0 too where gluon_single's switches (GLUON_MIN_PER_SM, GLUON_FP8_MIN_PER_SM) turn the kernel off for fp8.
     K's layout stands in for V's, which the plan does not see (the call checks V, ``api._run_triton_splitk``)."""
     from . import gluon_single
 
     pairs = len(visible) * num_kv_heads
     if not GLUON_FP8_SPLITS or len(set(visible)) != 1 or not 0 < pairs <= GLUON_SPLIT_MAX_PAIRS:
         return 0
+    if not (gluon_single.GLUON_MIN_PER_SM and gluon_single.GLUON_FP8_MIN_PER_SM):
+        return 0  # the Gluon kernel turned off (for every cache, or for fp8 ones)
     if not gluon_single.supports(q, k_cache, k_cache, None, None, features):
         return 0
     target = min(GLUON_SPLIT_PROGRAMS_PER_SM * num_sms // pairs, visible[0] // GLUON_SPLIT_MIN_TOKENS)
