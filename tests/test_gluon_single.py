@@ -480,6 +480,23 @@ def test_plan_gives_even_fp8_splits_to_the_gluon_pass(monkeypatch):
             assert not plan_decode(*_meta_call(1, 131072, 32, 8)).gluon, switch
     monkeypatch.setattr(plan, "GLUON_FP8_SPLITS", False)
     assert not plan_decode(*_meta_call(1, 131072, 32, 8)).gluon
+
+
+def test_plan_gives_fp8_grids_of_the_gluon_gate_the_single_pass(monkeypatch):
+    """On a 132-SM GPU (faked) an fp8 cache's even batch of 1.45 programs a SM, which the shapes would split, runs the
+    single pass (where decode_single takes the Gluon kernel: gate-62026a7); below the gate, with a bf16 cache or with
+    the rule off it keeps its splits."""
+    from flashdecode import api, plan
+
+    monkeypatch.setattr(api, "_num_sms", lambda dev: 132)
+    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    for shape in ((96, 1024, 12, 2), (16, 4096, 12, 12)):
+        p = plan_decode(*_meta_call(*shape))
+        assert (p.backend, p.num_splits) == ("triton", 1) and "Gluon single pass" in p.reason, (shape, p)
+        assert plan_decode(*_meta_call(*shape, torch.bfloat16)).num_splits != 1, shape
+    assert plan_decode(*_meta_call(80, 1024, 12, 2)).num_splits != 1  # 1.21 a SM
+    monkeypatch.setattr(plan, "GLUON_FP8_SINGLE", False)
+    assert plan_decode(*_meta_call(96, 1024, 12, 2)).num_splits != 1
     for backend, splits, dual in (("triton", 1, False), ("triton_splitk", 1, False), ("triton_splitk", None, True)):
         with pytest.raises(ValueError, match="gluon"):
             plan.DecodePlan(backend, splits, dual, "", (), gluon=True)
@@ -555,6 +572,27 @@ def test_plan_runs_even_fp8_splits_on_the_gluon_pass(monkeypatch):
     again = torch.full_like(out, float("nan"))
     decode_attention(*args, plan=p, k_scale=0.05, v_scale=0.3, out=again)
     assert max_err(again, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
+    launcher.clear()
+
+
+@needs_gpu
+def test_plan_runs_fp8_grids_of_the_gluon_gate_as_its_single_pass(monkeypatch):
+    """An even e4m3 batch of 1.45 programs a SM (which the shapes would split): the plan's single pass, through the
+    Gluon kernel (counted), matches the float64 reference."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    args = _fp8_args([512] * -(-145 * sms // 200), 12, 2, 16, "e4m3", torch.bfloat16, seed=6)
+    calls = []
+    real = gluon_single.decode_single_gluon
+    monkeypatch.setattr(gluon_single, "decode_single_gluon", lambda *a, **k: calls.append(k) or real(*a, **k))
+    from flashdecode import launcher
+
+    launcher.clear()
+    p = plan_decode(args[0], args[1], args[3], args[4])
+    assert (p.backend, p.num_splits) == ("triton", 1), p
+    out = decode_attention(*args, plan=p, k_scale=0.05, v_scale=0.3)
+    assert calls and "splits" not in calls[0], calls
+    ref_out, _ = reference_dense(*args, k_scale=0.05, v_scale=0.3)
+    assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
     launcher.clear()
 
 

@@ -113,6 +113,12 @@ HOST_TABLE = True
 # 8 x 8192 32/8 43.88 -> 41.34 (S 16; the rule gives 8, not measured). Fewer programs lose: S 16 on 1 x 131072
 # 109.63, on 1 x 65536 54.01. False: off
 GLUON_FP8_SPLITS = True
+# ...and an fp8 cache's even batch that the shapes would split but whose single pass the Gluon kernel takes (from
+# gluon_single.GLUON_FP8_MIN_PER_SM programs a SM) runs that single pass. H200, e4m3, graph µs, 1.45 programs a SM,
+# the plan (tl splits) / the tl single pass / the Gluon single pass (h200-2026-11-30/gate-62026a7, the kernels called
+# directly; this rule not yet run through the plan on a GPU): 96 x 1024 12/2 29.22 / 23.40 / 20.43, 16 x 4096 12/12
+# 96.99 / 98.75 / 70.87. False: off
+GLUON_FP8_SINGLE = True
 GLUON_SPLIT_PROGRAMS_PER_SM = 4
 GLUON_SPLIT_MIN_TOKENS = 256
 GLUON_SPLIT_MAX_PAIRS = 64
@@ -328,6 +334,8 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
     if splits is None and _single_pass_fills(head_dim, group, q.dtype, q_len, kv_itemsize, batch, num_kv_heads, sms,
                                              visible):  # fmt: skip
         return single("even short lengths, a single pass that fills the SMs alike")
+    if even and kv_itemsize == 1 and _gluon_fp8_single(q_in, k_view, features, batch * num_kv_heads, group, sms):
+        return single("even lengths of an fp8 cache on a grid the Gluon single pass takes")
     # the cut, as decode_splitk would plan it, for fixed splits (decode_splitk(counters=...) merges them its own way)
     def cut(long_tile):
         return splitk.fixed_cut(
@@ -379,6 +387,17 @@ def plan_decode(q, k_cache, cache_seqlens, block_table, *, kv_layout="NHD", wind
         counters = torch.zeros(batch * q_len * num_q_heads, dtype=torch.int32, device=q.device)
         reason += ", merged in the last split program"
     return DecodePlan(name, k, False, reason, shapes, counters, long, len_hint=hint)
+
+
+def _gluon_fp8_single(q, k_cache, features, programs, group, num_sms) -> bool:
+    """Whether an fp8 cache's even batch the shapes would split runs the single pass instead, on a grid where
+    ``decode_single`` takes the Gluon kernel (``gluon_single.pays``; ``GLUON_FP8_SINGLE``). K's layout stands in for V's
+    (a call whose V the kernel does not take runs the tl single pass)."""
+    from . import gluon_single
+
+    if not GLUON_FP8_SINGLE or not gluon_single.pays(programs, num_sms, group, kv_fp8=True):
+        return False
+    return gluon_single.supports(q, k_cache, k_cache, None, None, features)
 
 
 def _gluon_splits(q, k_cache, features, visible, num_kv_heads, num_sms) -> int:
