@@ -3,9 +3,12 @@
 Each kernel is compiled as a launch would specialise it (bf16, head dim 128, group 6, page 16, one query token, PDL,
 no LSE; pointers and strides divisible by 16), disassembled with the cuobjdump that Triton ships, and its longest
 backward branch's body taken as the main loop. Columns: the loop's instructions, then a few opcodes (HMMA: tensor
-core products, LDSM: shared-memory matrix loads, LDGSTS: async copies, LDG: global loads (the page ids), BAR:
-barriers, SHFL: warp shuffles, IMAD: integer multiply-adds (address arithmetic)). Used in docs/design.md, "A Gluon
-single pass in the library", to read why the Gluon kernel loses where it does (a lead, not a timing).
+core products, LDSM: shared-memory matrix loads, LDS / STS: other shared loads / stores, PRMT: byte permutes,
+F2FP: conversions to fp16 pairs, LDGSTS: async copies, LDG: global loads (the page ids), BAR: barriers, SHFL: warp
+shuffles, IMAD: integer multiply-adds (address arithmetic)). The fp8 rows compile the Gluon kernel for an e4m3
+cache: V staged as fp16, or by ``v_perm`` (4-byte loads and an in-register transpose), at 32- and 64-token steps,
+the last under decode_single_gluon's 128-register cap. Used in docs/design.md, "A Gluon single pass in the
+library", to read why the Gluon kernel loses where it does and what the fp8 forms cost (a lead, not a timing).
 
     python scripts/sass_loop_counts.py    # CPU only, ~1 minute
 """
@@ -34,20 +37,24 @@ POINTERS = dict(Q="*bf16", K="*bf16", V="*bf16", OUT="*bf16", LSE="*fp32", ALIBI
 # integer arguments a launch does not mark divisible by 16 here (unit strides of the lengths and the table's columns)
 UNALIGNED = ("stride_sl", "stride_btp")
 SHAPE = dict(GROUP=6, HEAD_DIM=128, PAGE_SIZE=16, WRITE_LSE=False, USE_PDL=True)
-OPCODES = ("HMMA", "LDSM", "LDGSTS", "LDG", "BAR", "SHFL", "MUFU", "FFMA", "IMAD", "IADD3", "ISETP")
+OPCODES = ("HMMA", "LDSM", "LDS", "STS", "PRMT", "F2FP", "LDGSTS", "LDG", "BAR", "SHFL", "MUFU", "FFMA", "IMAD", "IADD3",
+           "ISETP")
 
 
 def _defaults(kernel):
     return {p.name: p.default for p in kernel.params if p.is_constexpr and p.has_default}
 
 
-def compile_gluon(block_n, stages, defer_sum=True):
+def compile_gluon(block_n, stages, defer_sum=True, fp8=False, v_perm=False, maxnreg=0):
+    """The Gluon kernel as decode_single_gluon launches it; fp8: an e4m3 cache (V staged as fp16, or by v_perm)."""
     kernel = gluon_single._decode_single_gluon_kernel
     consts = {**_defaults(kernel), **SHAPE, "BLOCK_N": block_n, "STAGES": stages, "SAME_STRIDES": True,
-              "DEFER_SUM": defer_sum}  # fmt: skip
-    sig, attrs = signature(kernel, consts, POINTERS, UNALIGNED)
+              "DEFER_SUM": defer_sum, "KV_FP8": fp8, "V_PERM": v_perm}  # fmt: skip
+    pointers = dict(POINTERS, K="*fp8e4nv", V="*fp8e4nv") if fp8 else POINTERS
+    sig, attrs = signature(kernel, consts, pointers, UNALIGNED)
+    options = dict(num_warps=4, **({"maxnreg": maxnreg} if maxnreg else {}))
     return triton.compile(GluonASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=4))  # fmt: skip
+                          options=options)  # fmt: skip
 
 
 def compile_tl(tile):
@@ -86,11 +93,15 @@ def main():
         "gluon 128 x 3": compile_gluon(128, 3),
         "gluon 32 x 2": compile_gluon(32, 2),
         "gluon 32 x 2, sums a step": compile_gluon(32, 2, defer_sum=False),
+        "gluon fp8 32 x 2, V staged": compile_gluon(32, 2, fp8=True),
+        "gluon fp8 32 x 2, v_perm": compile_gluon(32, 2, fp8=True, v_perm=True),
+        "gluon fp8 64 x 2, v_perm": compile_gluon(64, 2, fp8=True, v_perm=True),
+        "gluon fp8 64 x 2, v_perm 128r": compile_gluon(64, 2, fp8=True, v_perm=True, maxnreg=128),
     }
-    print(f"{'kernel (tokens x buffers)':<28}{'loop':>6}" + "".join(f"{op:>8}" for op in OPCODES))
+    print(f"{'kernel (tokens x buffers)':<32}{'loop':>6}" + "".join(f"{op:>7}" for op in OPCODES))
     for name, compiled in kernels.items():
         size, ops = loop_counts(compiled)
-        print(f"{name:<28}{size:>6}" + "".join(f"{ops[op]:>8}" for op in OPCODES))
+        print(f"{name:<32}{size:>6}" + "".join(f"{ops[op]:>7}" for op in OPCODES))
 
 
 if __name__ == "__main__":
