@@ -446,6 +446,12 @@ def test_plan_takes_it_for_an_fp8_cache(monkeypatch):
     assert max_err(out, ref_out) <= args_output_tolerance(args, ref_out, k_scale=0.05, v_scale=0.3)
 
 
+def _supports_by_fits(monkeypatch):
+    """gluon_single.supports reduced to ``fits`` (no GPU, Triton version or interpreter check): the CPU tests of the
+    plan's choices."""
+    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+
+
 def _meta_call(batch, length, hq, hkv, dtype=torch.float8_e4m3fn):
     """(q, k_cache, lengths, table) of an even batch, the cache uninitialised (a plan reads its metadata only)."""
     pages = batch * length // 16
@@ -462,7 +468,7 @@ def test_plan_gives_even_fp8_splits_to_the_gluon_pass(monkeypatch):
     from flashdecode import api, plan
 
     monkeypatch.setattr(api, "_num_sms", lambda dev: 132)
-    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    _supports_by_fits(monkeypatch)
     for shape, splits in (((1, 131072, 32, 8), 64), ((1, 65536, 12, 2), 256), ((4, 16384, 12, 2), 64),
                           ((8, 8192, 32, 8), 8)):  # fmt: skip
         p = plan_decode(*_meta_call(*shape))
@@ -489,7 +495,7 @@ def test_plan_gives_fp8_grids_of_the_gluon_gate_the_single_pass(monkeypatch):
     from flashdecode import api, plan
 
     monkeypatch.setattr(api, "_num_sms", lambda dev: 132)
-    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    _supports_by_fits(monkeypatch)
     for shape in ((96, 1024, 12, 2), (16, 4096, 12, 12)):
         p = plan_decode(*_meta_call(*shape))
         assert (p.backend, p.num_splits) == ("triton", 1) and "Gluon single pass" in p.reason, (shape, p)
@@ -511,7 +517,7 @@ def test_a_gluon_plan_falls_back_where_the_call_is_not_supported(monkeypatch):
     monkeypatch.setattr(plan, "GLUON_SPLIT_MIN_TOKENS", 16)
     args = _fp8_args([700, 700], 4, 2, 16, "e4m3", torch.bfloat16, seed=3, device="cpu")
     real = gluon_single.supports
-    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    _supports_by_fits(monkeypatch)
     p = plan_decode(args[0], args[1], args[3], args[4])
     assert p.gluon and p.num_splits == 4, p
     monkeypatch.setattr(gluon_single, "supports", real)
@@ -530,7 +536,7 @@ def test_a_gluon_plan_calls_the_split_pass_with_the_call_tensors(monkeypatch):
     monkeypatch.setattr(api, "_num_sms", lambda dev: 4)
     monkeypatch.setattr(plan, "GLUON_SPLIT_MIN_TOKENS", 16)
     monkeypatch.setattr(launcher, "ENABLED", False)
-    monkeypatch.setattr(gluon_single, "supports", lambda q, k, v, lens, table, f=None: gluon_single.fits(q, k, v, f))
+    _supports_by_fits(monkeypatch)
     args = _fp8_args([700, 700], 4, 2, 16, "e4m3", torch.bfloat16, seed=3, device="cpu")
     p = plan_decode(args[0], args[1], args[3], args[4])
     calls = []
